@@ -1,0 +1,46 @@
+"""Shared fixtures: pristine and patched upstream trees for the simulation tests."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Callable
+
+import pytest
+
+from fp4graph import config, trees
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def wheel_tree() -> Callable[..., pathlib.Path]:
+    """``wheel_tree(project, version, *, patched, filename=None)`` -> unpacked wheel.
+
+    The directory holds exactly what the (pristine or patched) wheel installs,
+    ready to go first on a child interpreter's PYTHONPATH.  Trees are cached
+    across runs under the fp4graph cache, keyed by artifact hash and series hash.
+    """
+    settings = config.Settings.from_env(REPO)
+
+    def get(
+        project: str, version: str, *, patched: bool, filename: str | None = None
+    ) -> pathlib.Path:
+        return trees.materialize(settings, project, version, patched=patched, filename=filename)
+
+    return get
+
+
+def series_versions(project: str) -> list[str]:
+    """The versions of ``project`` that have a patch series in patches/."""
+    root = REPO / "patches" / project
+    return sorted(p.name for p in root.glob("*") if (p / "series").is_file())
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> pathlib.Path:
+    return REPO
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"fp4graph cache: {os.environ.get('FP4GRAPH_CACHE', '(default)')}"

@@ -1,0 +1,41 @@
+"""Run Python in a clean child interpreter against chosen upstream trees."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+from collections.abc import Sequence
+
+SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
+
+
+def run_python(
+    code: str,
+    *,
+    path: Sequence[pathlib.Path] = (),
+    env: dict[str, str] | None = None,
+    timeout: float = 900,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` with ``path`` first on sys.path (then fp4graph's src/).
+
+    Each trace runs in its own interpreter: Dynamo caches, torch.library
+    registrations and the simulated device are process-wide state.
+    """
+    child_env = dict(os.environ)
+    child_env.update(env or {})
+    child_env["PYTHONPATH"] = os.pathsep.join([*map(str, path), str(SRC)])
+    child_env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(pathlib.Path.home() / ".cache/fp4graph/inductor"))
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=child_env,
+        timeout=timeout,
+    )
+
+
+def tail(result: subprocess.CompletedProcess[str], n: int = 3000) -> str:
+    """The end of a child's output, for assertion messages."""
+    return f"rc={result.returncode}\nstdout:\n{result.stdout[-n:]}\nstderr:\n{result.stderr[-n:]}"
