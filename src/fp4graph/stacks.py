@@ -1,0 +1,174 @@
+"""The pinned upstream artifacts and the stacks built from them (patches/stacks.toml)."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from .errors import ConfigError
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ArtifactFile:
+    """One file published on the index, pinned by its sha256."""
+
+    filename: str
+    sha256: str
+
+    @property
+    def is_wheel(self) -> bool:
+        return self.filename.endswith(".whl")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Artifact:
+    """An upstream release we patch: its wheels (and sdist) and our series revision."""
+
+    project: str
+    version: str
+    revision: int
+    files: tuple[ArtifactFile, ...]
+    sdist: ArtifactFile | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.project}=={self.version}"
+
+    @property
+    def local_label(self) -> str:
+        return f"fp4graph.{self.revision}"
+
+    @property
+    def patched_version(self) -> str:
+        return f"{self.version}+{self.local_label}"
+
+    def file(self, filename: str | None = None) -> ArtifactFile:
+        """The wheel called ``filename``, or the only/first wheel."""
+        if filename is None:
+            return self.files[0]
+        for f in self.files:
+            if f.filename == filename:
+                return f
+        raise ConfigError(
+            f"{self.key} pins no file {filename!r}; pinned: "
+            + ", ".join(f.filename for f in self.files)
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Stack:
+    """A set of artifacts installed together (e.g. an sglang release and its flashinfer pin)."""
+
+    name: str
+    artifacts: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Catalog:
+    artifacts: Mapping[str, Artifact]
+    stacks: tuple[Stack, ...]
+
+    def artifact(self, project: str, version: str) -> Artifact:
+        key = f"{canonicalize_name(project)}=={version}"
+        try:
+            return self.artifacts[key]
+        except KeyError:
+            raise ConfigError(
+                f"{project} {version} is not pinned in patches/stacks.toml; pinned: "
+                + ", ".join(sorted(self.artifacts))
+            ) from None
+
+    def stack(self, name: str) -> Stack:
+        for stack in self.stacks:
+            if stack.name == name:
+                return stack
+        raise ConfigError(
+            f"no stack {name!r} in patches/stacks.toml; stacks: "
+            + ", ".join(s.name for s in self.stacks)
+        )
+
+    def stack_artifacts(self, stack: Stack) -> list[Artifact]:
+        return [self.artifacts[key] for key in stack.artifacts]
+
+
+def _file(raw: Any, where: str, project: str, version: str) -> ArtifactFile:
+    if not isinstance(raw, dict) or set(raw) != {"filename", "sha256"}:
+        raise ConfigError(f"{where}: each file needs exactly 'filename' and 'sha256', got {raw!r}")
+    filename, sha256 = str(raw["filename"]), str(raw["sha256"]).lower()
+    if not _SHA256.fullmatch(sha256):
+        raise ConfigError(f"{where}: {filename}: sha256 must be 64 hex digits, got {sha256!r}")
+    try:
+        if filename.endswith(".whl"):
+            name, file_version, _, _ = parse_wheel_filename(filename)
+        else:
+            name, file_version = parse_sdist_filename(filename)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {filename!r} is not a wheel or sdist name: {exc}") from None
+    if name != canonicalize_name(project) or file_version != Version(version):
+        raise ConfigError(f"{where}: {filename!r} is not a file of {project} {version}")
+    return ArtifactFile(filename=filename, sha256=sha256)
+
+
+def parse(data: Mapping[str, Any], source: str = "patches/stacks.toml") -> Catalog:
+    artifacts: dict[str, Artifact] = {}
+    for i, raw in enumerate(data.get("artifact", [])):
+        where = f"{source}: artifact #{i + 1}"
+        try:
+            project = canonicalize_name(str(raw["project"]))
+            version = str(raw["version"])
+            revision = int(raw["revision"])
+            files_raw: Sequence[Any] = raw["files"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: needs project, version, revision and files ({exc})") from None
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise ConfigError(f"{where}: {version!r} is not a PEP 440 version") from None
+        if "+" in version:
+            raise ConfigError(f"{where}: pin the upstream version {version!r} without a local label")
+        if revision < 1:
+            raise ConfigError(f"{where}: revision must be >= 1, got {revision}")
+        files = tuple(_file(f, where, project, version) for f in files_raw)
+        if not files or not all(f.is_wheel for f in files):
+            raise ConfigError(f"{where}: 'files' must list the wheels to patch")
+        sdist = _file(raw["sdist"], where, project, version) if "sdist" in raw else None
+        artifact = Artifact(project=project, version=version, revision=revision, files=files, sdist=sdist)
+        if artifact.key in artifacts:
+            raise ConfigError(f"{where}: {artifact.key} is pinned twice")
+        artifacts[artifact.key] = artifact
+
+    stacks = []
+    for i, raw in enumerate(data.get("stack", [])):
+        where = f"{source}: stack #{i + 1}"
+        name = str(raw.get("name", ""))
+        keys = []
+        for req in raw.get("artifacts", []):
+            project, _, version = str(req).partition("==")
+            key = f"{canonicalize_name(project)}=={version}"
+            if key not in artifacts:
+                raise ConfigError(f"{where} ({name}): {req!r} is not a pinned artifact")
+            keys.append(key)
+        if not name or not keys:
+            raise ConfigError(f"{where}: needs a name and at least one artifact")
+        stacks.append(Stack(name=name, artifacts=tuple(keys)))
+    return Catalog(artifacts=artifacts, stacks=tuple(stacks))
+
+
+def load(path: pathlib.Path) -> Catalog:
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return parse(data, str(path))
