@@ -58,14 +58,21 @@ class _Anchors(html.parser.HTMLParser):
             self.hrefs.append(href)
 
 
-def _file_url(index_url: str, project: str, filename: str) -> str:
-    """The URL of ``filename`` on a PEP 503 / PEP 691 simple index."""
+def list_files(index_url: str, project: str) -> dict[str, str]:
+    """Filename -> URL of every file of ``project`` on a PEP 503 / PEP 691 simple index.
+
+    A project the index does not know (HTTP 404) has no files.
+    """
     page = urllib.parse.urljoin(index_url.rstrip("/") + "/", canonicalize_name(project) + "/")
     request = urllib.request.Request(page, headers={"Accept": _ACCEPT})
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             body = response.read()
             content_type = response.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return {}
+        raise FetchError(f"{page}: cannot read the index page for {project}: {exc}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise FetchError(f"{page}: cannot read the index page for {project}: {exc}") from None
     if "json" in content_type:
@@ -74,12 +81,19 @@ def _file_url(index_url: str, project: str, filename: str) -> str:
         parser = _Anchors()
         parser.feed(body.decode("utf-8", "replace"))
         urls = parser.hrefs
+    files = {}
     for url in urls:
-        absolute = urllib.parse.urljoin(page, url)
+        absolute = urllib.parse.urljoin(page, url).split("#", 1)[0]
         name = urllib.parse.unquote(urllib.parse.urlsplit(absolute).path.rsplit("/", 1)[-1])
-        if name == filename:
-            return absolute.split("#", 1)[0]
-    raise FetchError(f"{page}: the index has no file {filename}")
+        files[name] = absolute
+    return files
+
+
+def _file_url(index_url: str, project: str, filename: str) -> str:
+    files = list_files(index_url, project)
+    if filename not in files:
+        raise FetchError(f"{index_url}: the index has no file {filename} for {project}")
+    return files[filename]
 
 
 def _download(url: str, dest: pathlib.Path) -> None:

@@ -1,0 +1,157 @@
+"""Build the patched wheels of the selected stacks into ``wheels/``, all or nothing.
+
+Everything is written to a staging directory beside ``wheels/`` and swapped into
+place at the end, so a failed or interrupted build leaves ``wheels/`` as it was.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+from collections.abc import Sequence
+
+from . import __version__
+from .config import Settings
+from .fetch import fetch, sha256_of
+from .index import write_index, write_metadata_files
+from .log import log
+from .repack import pack
+from .series import Series, load_series
+from .stacks import Artifact, Catalog, load
+from .trees import build_tree
+
+# Zip timestamps of a series without a Last-Update date (2026-01-01).
+DEFAULT_EPOCH = 1767225600
+_BACKUP = ".wheels.old"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BuiltWheel:
+    filename: str
+    sha256: str
+    upstream_filename: str
+    upstream_sha256: str
+
+
+def source_date_epoch(series: Series) -> int:
+    """Zip timestamps for a series: midnight UTC of its newest Last-Update."""
+    day = series.last_update
+    return calendar.timegm(day.timetuple()) if day else DEFAULT_EPOCH
+
+
+def _build_artifact(
+    settings: Settings, artifact: Artifact, series: Series, out: pathlib.Path, work: pathlib.Path
+) -> list[BuiltWheel]:
+    built = []
+    for pinned in artifact.files:
+        wheel = fetch(settings, artifact.project, pinned)
+        tree = pathlib.Path(tempfile.mkdtemp(dir=work, prefix="tree-"))
+        build_tree(artifact, pinned, wheel, series, tree)
+        result = pack(tree, out, source_date_epoch(series))
+        shutil.rmtree(tree)
+        log(f"built {result.name}")
+        built.append(BuiltWheel(result.name, sha256_of(result), pinned.filename, pinned.sha256))
+    return built
+
+
+def _manifest(
+    catalog: Catalog,
+    stack_names: Sequence[str],
+    series_of: dict[str, Series | None],
+    built: dict[str, list[BuiltWheel]],
+) -> dict[str, object]:
+    artifacts = {}
+    for key, series in series_of.items():
+        artifact = catalog.artifacts[key]
+        artifacts[key] = {
+            "project": artifact.project,
+            "upstream_version": artifact.version,
+            "version": artifact.patched_version if series else artifact.version,
+            "upstream_files": [dataclasses.asdict(f) for f in artifact.files],
+            "series": None
+            if series is None
+            else {
+                "path": f"patches/{artifact.project}/{artifact.version}/series",
+                "sha256": series.digest,
+                "patches": [
+                    {"name": p.name, "subject": p.subject, "sha256": sha256_of(p.path)}
+                    for p in series.patches
+                ],
+            },
+            "wheels": [dataclasses.asdict(w) for w in built.get(key, [])],
+        }
+    stacks = []
+    for name in stack_names:
+        stack = catalog.stack(name)
+        pins = [
+            f"{catalog.artifacts[k].project}=={artifacts[k]['version']}" for k in stack.artifacts
+        ]
+        stacks.append({"name": name, "artifacts": list(stack.artifacts), "pins": pins})
+    return {"fp4graph": __version__, "stacks": stacks, "artifacts": artifacts}
+
+
+def recover(wheels_dir: pathlib.Path) -> None:
+    """Finish a swap that was cut between its two renames."""
+    backup = wheels_dir.with_name(_BACKUP)
+    if backup.exists():
+        if wheels_dir.exists():
+            shutil.rmtree(backup)
+        else:
+            backup.rename(wheels_dir)
+
+
+def _swap_into_place(staging: pathlib.Path, wheels_dir: pathlib.Path) -> None:
+    backup = wheels_dir.with_name(_BACKUP)
+    if wheels_dir.exists():
+        wheels_dir.rename(backup)
+    staging.rename(wheels_dir)
+    if backup.exists():
+        shutil.rmtree(backup)
+
+
+def build(settings: Settings, stack_names: Sequence[str] | None = None) -> dict[str, object]:
+    """Build every selected stack's patched wheels; return the manifest written."""
+    catalog = load(settings.stacks_file)
+    names = list(stack_names) if stack_names else [s.name for s in catalog.stacks]
+    keys = list(dict.fromkeys(k for n in names for k in catalog.stack(n).artifacts))
+    series_of = {
+        k: load_series(settings.patches_dir, catalog.artifacts[k].project, catalog.artifacts[k].version)
+        for k in keys
+    }
+
+    wheels_dir = settings.wheels_dir
+    recover(wheels_dir)
+    wheels_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = pathlib.Path(tempfile.mkdtemp(dir=wheels_dir.parent, prefix=".wheels.tmp-"))
+    try:
+        os.chmod(staging, 0o755)
+        work = staging / ".work"
+        work.mkdir()
+        built: dict[str, list[BuiltWheel]] = {}
+        for key, series in series_of.items():
+            if series is None:
+                log(f"skip {key}: no series in patches/")
+                continue
+            built[key] = _build_artifact(settings, catalog.artifacts[key], series, staging, work)
+        shutil.rmtree(work)
+
+        readme = wheels_dir / "README.md"
+        if readme.exists():
+            shutil.copy2(readme, staging / "README.md")
+        write_metadata_files(staging)
+        write_index(staging)
+        sums = [f"{w.sha256}  {w.filename}\n" for ws in built.values() for w in ws]
+        (staging / "SHA256SUMS").write_text("".join(sorted(sums, key=lambda s: s[66:])))
+        manifest = _manifest(catalog, names, series_of, built)
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        _swap_into_place(staging, wheels_dir)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(staging)
+    return manifest
