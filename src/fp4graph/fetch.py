@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import html.parser
@@ -58,13 +59,19 @@ class _Anchors(html.parser.HTMLParser):
             self.hrefs.append(href)
 
 
-def list_files(index_url: str, project: str) -> dict[str, str]:
+def list_files(
+    index_url: str, project: str, auth: tuple[str, str] | None = None
+) -> dict[str, str]:
     """Filename -> URL of every file of ``project`` on a PEP 503 / PEP 691 simple index.
 
     A project the index does not know (HTTP 404) has no files.
     """
     page = urllib.parse.urljoin(index_url.rstrip("/") + "/", canonicalize_name(project) + "/")
-    request = urllib.request.Request(page, headers={"Accept": _ACCEPT})
+    headers = {"Accept": _ACCEPT}
+    if auth is not None:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    request = urllib.request.Request(page, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             body = response.read()

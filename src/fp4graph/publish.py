@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -18,12 +19,18 @@ def default_simple_url(repository_url: str) -> str:
     return repository_url.rstrip("/") + "/simple/"
 
 
+def _credentials() -> tuple[str, str] | None:
+    """twine's own environment variables, to read an index that requires auth."""
+    user, password = os.environ.get("TWINE_USERNAME"), os.environ.get("TWINE_PASSWORD")
+    return (user, password) if user and password else None
+
+
 def published_already(wheels: list[pathlib.Path], simple_url: str) -> list[str]:
     """The names of ``wheels`` that the index already has."""
     present = []
     for wheel in wheels:
         name, *_ = parse_wheel_filename(wheel.name)
-        if wheel.name in list_files(simple_url, str(name)):
+        if wheel.name in list_files(simple_url, str(name), _credentials()):
             present.append(wheel.name)
     return present
 

@@ -1,0 +1,52 @@
+"""Engine fixtures: a throw-away checkout whose patches/ holds the fixture series."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import shutil
+
+import pytest
+
+from fp4graph import config
+
+HERE = pathlib.Path(__file__).parent
+REPO = HERE.parents[1]
+FIXTURE_PATCHES = HERE / "fixtures" / "patches"
+# The stack the engine tests build: both projects, small wheels.
+STACK = "sglang-0.5.9"
+
+
+def make_checkout(root: pathlib.Path, cache: pathlib.Path) -> config.Settings:
+    """A minimal fp4graph checkout at ``root``: stacks.toml, the fixture series, wheels/README."""
+    shutil.copytree(FIXTURE_PATCHES, root / "patches")
+    shutil.copy(REPO / "patches" / "stacks.toml", root / "patches" / "stacks.toml")
+    (root / "wheels").mkdir()
+    shutil.copy(REPO / "wheels" / "README.md", root / "wheels" / "README.md")
+    return config.Settings(repo=root, cache_dir=cache)
+
+
+@pytest.fixture(scope="session")
+def shared_cache() -> pathlib.Path:
+    """The user's artifact cache: pinned upstream files are downloaded once."""
+    return config.default_cache_dir()
+
+
+@pytest.fixture
+def checkout(tmp_path: pathlib.Path, shared_cache: pathlib.Path) -> config.Settings:
+    return make_checkout(tmp_path / "repo", shared_cache)
+
+
+@pytest.fixture
+def isolated(checkout: config.Settings, tmp_path: pathlib.Path) -> config.Settings:
+    """A checkout with its own empty cache (for fetch and tamper tests)."""
+    return dataclasses.replace(checkout, cache_dir=tmp_path / "cache")
+
+
+def snapshot(directory: pathlib.Path) -> dict[str, bytes]:
+    """Every file under ``directory`` with its bytes."""
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
