@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import pathlib
@@ -27,13 +28,10 @@ def _repo_root() -> pathlib.Path:
 
 def _settings(args: argparse.Namespace) -> config.Settings:
     settings = config.Settings.from_env(_repo_root())
-    overrides: dict[str, object] = {}
     if getattr(args, "index_url", None):
-        overrides["index_url"] = args.index_url
+        settings = dataclasses.replace(settings, index_url=args.index_url)
     if getattr(args, "find_links", None):
-        overrides["find_links"] = tuple(map(pathlib.Path, args.find_links))
-    if overrides:
-        settings = config.Settings(**{**settings.__dict__, **overrides})  # type: ignore[arg-type]
+        settings = dataclasses.replace(settings, find_links=tuple(map(pathlib.Path, args.find_links)))
     return settings
 
 

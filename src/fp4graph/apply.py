@@ -74,7 +74,7 @@ class FileDiff:
 def split_diff(patch: Patch) -> list[FileDiff]:
     diff = _SIGNATURE.sub("\n", patch.diff)
     starts = [m.start() for m in _SECTION.finditer(diff)]
-    sections = [diff[a:b] for a, b in zip(starts, [*starts[1:], len(diff)])]
+    sections = [diff[a:b] for a, b in zip(starts, [*starts[1:], len(diff)], strict=True)]
     result = []
     for text in sections:
         match = _PATHS.match(text)

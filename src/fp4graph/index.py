@@ -55,13 +55,12 @@ def write_index(wheels_dir: pathlib.Path) -> None:
     """Write ``simple/`` for the wheels (and their .metadata files) in ``wheels_dir``."""
     projects: dict[str, list[pathlib.Path]] = collections.defaultdict(list)
     for wheel in sorted(wheels_dir.glob("*.whl")):
-        name, *_ = parse_wheel_filename(wheel.name)
-        projects[canonicalize_name(name)].append(wheel)
+        projects[canonicalize_name(parse_wheel_filename(wheel.name)[0])].append(wheel)
 
     simple = wheels_dir / "simple"
     simple.mkdir()
     root_links = "\n".join(
-        f'    <a href="{html.escape(name)}/">{html.escape(name)}</a><br>' for name in sorted(projects)
+        f'    <a href="{html.escape(p)}/">{html.escape(p)}</a><br>' for p in sorted(projects)
     )
     (simple / "index.html").write_text(_PAGE.format(title="Simple index", links=root_links))
     for name, wheels in sorted(projects.items()):

@@ -129,7 +129,7 @@ def install(gpu: SimulatedGpu = SM120, *, device_count: int = 1) -> None:
     def current_device() -> int:
         return 0
 
-    torch.version.cuda = gpu.cuda_version  # type: ignore[misc]
+    torch.version.cuda = gpu.cuda_version
     torch.cuda.get_device_capability = get_device_capability
     torch.cuda.get_device_properties = get_device_properties  # type: ignore[assignment]
     torch.cuda.get_device_name = get_device_name

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import tomllib
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -152,8 +152,8 @@ def parse(data: Mapping[str, Any], source: str = "patches/stacks.toml") -> Catal
         name = str(raw.get("name", ""))
         keys = []
         for req in raw.get("artifacts", []):
-            project, _, version = str(req).partition("==")
-            key = f"{canonicalize_name(project)}=={version}"
+            req_project, _, req_version = str(req).partition("==")
+            key = f"{canonicalize_name(req_project)}=={req_version}"
             if key not in artifacts:
                 raise ConfigError(f"{where} ({name}): {req!r} is not a pinned artifact")
             keys.append(key)
