@@ -1,0 +1,505 @@
+"""Code that runs inside a child interpreter for the flashinfer simulation tests.
+
+The parent (pytest) puts an unpacked pristine or patched flashinfer tree first on
+sys.path and calls :func:`main` with a JSON request; results come back as one JSON
+line prefixed with ``RESULT:`` on stdout.  One child runs many cases: importing
+flashinfer and warming Dynamo up costs most of a child's time.
+
+Each case is ``(name, entry point, input builder, call)``.  Inputs are fake CUDA
+tensors (``FakeTensorMode``); the device is simulated by :mod:`fp4graph.simulate`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from fp4graph import simulate
+
+BF16 = torch.bfloat16
+
+
+def cuda(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
+    return torch.empty(*shape, dtype=dtype, device="cuda")
+
+
+def col_major(m: int, k: int, dtype: torch.dtype = BF16) -> torch.Tensor:
+    return torch.empty(k, m, dtype=dtype, device="cuda").t()
+
+
+def gscale() -> torch.Tensor:
+    return torch.empty(1, dtype=torch.float32, device="cuda")
+
+
+def meta(t: Any) -> Any:
+    """Shape, dtype and strides of every tensor in an output."""
+    if isinstance(t, torch.Tensor):
+        return [list(map(int, t.shape)), str(t.dtype), list(map(int, t.stride()))]
+    if isinstance(t, (tuple, list)):
+        return [meta(x) for x in t]
+    return repr(t)
+
+
+Case = tuple[str, str, Callable[[], tuple], Callable[..., Any]]
+
+
+def cases(version: str, capability: tuple[int, int]) -> list[Case]:
+    """Every fp4 entry point and layout this version offers (public API only)."""
+    import flashinfer as fi
+
+    out: list[Case] = []
+
+    def add(name: str, entry: str, build: Callable[[], tuple], call: Callable[..., Any]) -> None:
+        out.append((name, entry, build, call))
+
+    q = fi.fp4_quantize
+    add("fp4_quantize-128x4-sf16", "fp4_quantize", lambda: (cuda(128, 256), gscale()),
+        lambda x, g: q(x, g))
+    add("fp4_quantize-m37-128x4", "fp4_quantize", lambda: (cuda(37, 512), gscale()),
+        lambda x, g: q(x, g))
+    add("fp4_quantize-8x4", "fp4_quantize", lambda: (cuda(40, 256), gscale()),
+        lambda x, g: q(x, g, 16, False, True, True))
+    add("fp4_quantize-linear", "fp4_quantize", lambda: (cuda(40, 256), gscale()),
+        lambda x, g: q(x, g, 16, False, False))
+    add("fp4_quantize-sf32-ue8m0", "fp4_quantize", lambda: (cuda(64, 512), gscale()),
+        lambda x, g: q(x, g, 32, True, True))
+    add("fp4_quantize-fp16-pdl", "fp4_quantize",
+        lambda: (cuda(64, 256, dtype=torch.float16), gscale()),
+        lambda x, g: q(x, g, enable_pdl=True))
+    add("fp4_quantize-colmajor", "fp4_quantize", lambda: (col_major(256, 128), gscale()),
+        lambda x, g: q(x, g))
+    add("fp4_quantize-colmajor-linear", "fp4_quantize",
+        lambda: (col_major(256, 128), gscale()), lambda x, g: q(x, g, 16, False, False))
+    add("fp4_quantize-3d", "fp4_quantize", lambda: (cuda(4, 64, 256), gscale()),
+        lambda x, g: q(x, g))
+    add("fp4_quantize-3d-linear", "fp4_quantize", lambda: (cuda(4, 64, 256), gscale()),
+        lambda x, g: q(x, g, 16, False, False))
+    add("fp4_quantize-no-global-scale", "fp4_quantize", lambda: (cuda(128, 256),),
+        lambda x: q(x))
+
+    nq = fi.nvfp4_quantize
+    L = fi.SfLayout
+    add("nvfp4_quantize-128x4", "nvfp4_quantize", lambda: (cuda(100, 256), gscale()),
+        lambda x, g: nq(x, g, L.layout_128x4))
+    add("nvfp4_quantize-8x4", "nvfp4_quantize", lambda: (cuda(100, 256), gscale()),
+        lambda x, g: nq(x, g, L.layout_8x4))
+    add("nvfp4_quantize-shuffle", "nvfp4_quantize", lambda: (cuda(256, 256), gscale()),
+        lambda x, g: nq(x, g, L.layout_128x4, do_shuffle=True))
+    add("mxfp4_quantize", "mxfp4_quantize", lambda: (cuda(128, 512),),
+        lambda x: fi.mxfp4_quantize(x))
+
+    bsi = fi.block_scale_interleave
+    u8 = torch.uint8
+    add("block_scale_interleave-2d", "block_scale_interleave",
+        lambda: (cuda(100, 20, dtype=u8),), lambda s: bsi(s))
+    add("block_scale_interleave-3d", "block_scale_interleave",
+        lambda: (cuda(4, 100, 20, dtype=u8),), lambda s: bsi(s))
+    add("block_scale_interleave-bf16", "block_scale_interleave",
+        lambda: (cuda(128, 16, dtype=BF16),), lambda s: bsi(s))
+    add("nvfp4_block_scale_interleave", "block_scale_interleave",
+        lambda: (cuda(256, 16, dtype=u8),), lambda s: fi.nvfp4_block_scale_interleave(s))
+
+    add("nvfp4_batched_quantize", "nvfp4_batched_quantize",
+        lambda: (cuda(4, 100, 256), gscale()), lambda x, g: fi.nvfp4_batched_quantize(x, g))
+    i32 = torch.int32
+    add("scaled_fp4_grouped_quantize", "scaled_fp4_grouped_quantize",
+        lambda: (cuda(4, 100, 256), cuda(4, dtype=i32), cuda(4, dtype=torch.float32)),
+        lambda x, m, g: fi.scaled_fp4_grouped_quantize(x, m, g))
+    add("silu_and_mul_scaled_nvfp4_experts_quantize",
+        "silu_and_mul_scaled_nvfp4_experts_quantize",
+        lambda: (cuda(4, 100, 512), cuda(4, dtype=i32), cuda(4, dtype=torch.float32)),
+        lambda x, m, g: fi.silu_and_mul_scaled_nvfp4_experts_quantize(x, m, g))
+
+    # mm_fp4: a (m, k/2) row-major, b (k/2, n) column-major (b_fp4.T), scales likewise.
+    def mm_inputs(m: int = 48, n: int = 256, k: int = 256) -> tuple:
+        a = cuda(m, k // 2, dtype=u8)
+        b = cuda(n, k // 2, dtype=u8).t()
+        a_sf = cuda(_pad(m, 128), k // 16, dtype=u8)
+        b_sf = cuda(n, k // 16, dtype=u8).t()
+        alpha = cuda(1, dtype=torch.float32)
+        return a, b, a_sf, b_sf, alpha
+
+    backends = ["cutlass", "cudnn", "auto"]
+    if capability[0] == 10:
+        backends.append("trtllm")
+    for backend in backends:
+        add(f"mm_fp4-{backend}", "mm_fp4", mm_inputs,
+            lambda a, b, sa, sb, al, be=backend: fi.mm_fp4(a, b, sa, sb, al, BF16,
+                                                           backend=be))
+    add("mm_fp4-cutlass-fp16", "mm_fp4", mm_inputs,
+        lambda a, b, sa, sb, al: fi.mm_fp4(a, b, sa, sb, al, torch.float16,
+                                           backend="cutlass"))
+    return out
+
+
+def _pad(x: int, y: int) -> int:
+    return (x + y - 1) // y * y
+
+
+def trace_all(version: str, patched: bool, dynamic_modes: list[bool | None],
+              only: list[str] | None) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for name, entry, build, call in cases(version, CAPABILITY):
+        if only and name not in only:
+            continue
+        for dynamic in dynamic_modes:
+            key = f"{name}|dynamic={dynamic}"
+            rec: dict[str, Any] = {"entry": entry}
+            results[key] = rec
+            torch._dynamo.reset()
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                args = build()
+                try:
+                    with simulate.compiling():
+                        compiled = torch.compile(call, fullgraph=True, backend="eager",
+                                                 dynamic=dynamic)
+                        got = compiled(*args)
+                    rec["ok"] = True
+                    rec["meta"] = meta(got)
+                except Exception as e:  # the pristine failure, or a regression
+                    rec["ok"] = False
+                    rec["error_type"] = f"{type(e).__module__}.{type(e).__name__}"
+                    rec["error"] = (str(e).splitlines() or [""])[0][:400]
+                    continue
+                if patched:
+                    torch._dynamo.reset()
+                    with simulate.compiling():
+                        ex = torch._dynamo.explain(call)(*args)
+                    rec["graph_breaks"] = ex.graph_break_count
+                    rec["graphs"] = ex.graph_count
+                    rec["ops"] = sorted({
+                        str(n.target) for g in ex.graphs for n in g.graph.nodes
+                        if n.op == "call_function" and "flashinfer" in str(n.target)
+                    })
+                    # What the fake promises: the op called directly under the fake mode.
+                    rec["fake_meta"] = meta(_direct_op(entry, call, args))
+    return results
+
+
+def _direct_op(entry: str, call: Callable[..., Any], args: tuple) -> Any:
+    """Call the public function with is_compiling() forced on: it dispatches to the op,
+    whose fake runs under the active FakeTensorMode."""
+    real = torch.compiler.is_compiling
+    torch.compiler.is_compiling = lambda: True
+    try:
+        return call(*args)
+    finally:
+        torch.compiler.is_compiling = real
+
+
+CAPABILITY: tuple[int, int] = (12, 0)
+
+
+class _StubModule:
+    """A loaded JIT module whose every function is a no-op (the C++ kernels fill
+    preallocated outputs; on CPU there is nothing to run)."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: None
+
+
+def stub_jit(tmp: str) -> list[str]:
+    """Replace building and loading of JIT modules (nvcc, ninja, dlopen) by a stub.
+
+    The spec generation, check_jit_allowed() and the module getters still run.
+    Returns the list the names of built modules are appended to."""
+    import os
+
+    os.environ["FLASHINFER_WORKSPACE_BASE"] = tmp
+    os.environ.setdefault("FLASHINFER_NVCC_VERSION", "12.8")
+    from flashinfer.jit import core
+
+    built: list[str] = []
+
+    def build(self: Any, verbose: bool, need_lock: bool = True) -> None:
+        built.append(self.name)
+
+    # nvfp4_quantize / mxfp4_quantize call .cuda() on their inputs, which a CPU
+    # build of torch refuses even for fake CUDA tensors (already on the device).
+    to_cuda = torch.Tensor.cuda
+
+    def cuda_(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self if self.device.type == "cuda" else to_cuda(self, *args, **kwargs)
+
+    torch.Tensor.cuda = cuda_  # type: ignore[method-assign]
+    core.JitSpec.build = build
+    core.JitSpec.load = lambda self, so_path: _StubModule()
+    core.JitSpec.is_aot = property(lambda self: False)
+    try:  # trtllm-gen modules download cubins at spec generation
+        from flashinfer.jit import cubin_loader
+
+        cubin_loader.get_cubin = lambda *a, **k: b"0" * 64
+        cubin_loader.setup_cubin_loader = lambda *a, **k: None
+    except ImportError:
+        pass
+    for mod in ("flashinfer.gemm.gemm_base", "flashinfer.fused_moe.core"):
+        m = sys.modules.get(mod)
+        if m is not None and hasattr(m, "setup_cubin_loader"):
+            m.setup_cubin_loader = lambda *a, **k: None
+    return built
+
+
+def eager_all(version: str, only: list[str] | None) -> dict[str, Any]:
+    """Run each case's public function eagerly (the code path users run), with the
+    kernels stubbed, under FakeTensorMode; and the op's fake.  Both metas come back."""
+    results: dict[str, Any] = {}
+    patched = hasattr(torch.ops.flashinfer, "fp4_quantize") and _has_op("fp4_quantize")
+    for name, entry, build, call in cases(version, CAPABILITY) + extra_eager_cases():
+        if only and name not in only:
+            continue
+        rec: dict[str, Any] = {"entry": entry}
+        results[name] = rec
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            args = build()
+            try:
+                rec["eager"] = meta(call(*args))
+            except Exception as e:
+                rec["eager_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            if patched and _has_op(entry):
+                try:
+                    rec["fake"] = meta(_direct_op(entry, call, args))
+                except Exception as e:
+                    rec["fake_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+    return results
+
+
+def extra_eager_cases() -> list[Case]:
+    """Layouts whose eager behaviour is an error in some versions (0.6.3's reshape)."""
+    import flashinfer as fi
+
+    return [
+        ("fp4_quantize-k96-128x4", "fp4_quantize", lambda: (cuda(128, 96), gscale()),
+         lambda x, g: fi.fp4_quantize(x, g)),
+        ("fp4_quantize-k96-linear", "fp4_quantize", lambda: (cuda(128, 96), gscale()),
+         lambda x, g: fi.fp4_quantize(x, g, 16, False, False)),
+        ("fp4_quantize-k160-sf32", "fp4_quantize", lambda: (cuda(8, 160), gscale()),
+         lambda x, g: fi.fp4_quantize(x, g, 32, True, True)),
+        ("fp4_quantize-sf8-invalid", "fp4_quantize", lambda: (cuda(8, 160), gscale()),
+         lambda x, g: fi.fp4_quantize(x, g, 8)),
+    ]
+
+
+def _has_op(entry: str) -> bool:
+    try:
+        getattr(torch.ops.flashinfer, entry)
+        return True
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def opcheck_all(version: str, only: list[str] | None) -> dict[str, Any]:
+    """torch.library.opcheck every op on CPU tensors.
+
+    The real kernels need a GPU.  For the check, each op gets a CPU kernel,
+    registered only in this process: the op's own real implementation (the public
+    function's eager path, with the JIT module stubbed) followed by zeroing its
+    outputs so that runs compare equal.  opcheck then checks the schema (no
+    undeclared mutation or aliasing), the autograd registration, the fake against
+    the eager Python's output metadata (test_faketensor), and AOT dispatch with
+    dynamic shapes.  Kernel numerics are not checked (GPU tests do that)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Captured(Exception):
+        pass
+
+    class Capture(TorchDispatchMode):
+        """Record the first flashinfer op call, then stop."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.call: tuple[Any, tuple, dict] | None = None
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func.namespace == "flashinfer":
+                self.call = (func, args, kwargs or {})
+                raise _Captured
+            return func(*args, **(kwargs or {}))
+
+    results: dict[str, Any] = {}
+    registered: set[str] = set()
+    for name, entry, build, call in cases(version, CAPABILITY):
+        if only and name not in only:
+            continue
+        rec: dict[str, Any] = {"entry": entry}
+        results[name] = rec
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            fake_args = build()
+        cpu_args = tuple(_cpu_like(a) for a in fake_args)
+        cap = Capture()
+        try:
+            with _compiling_flag(), cap:
+                call(*cpu_args)
+        except _Captured:
+            pass
+        except Exception as e:
+            rec["error"] = f"capture: {type(e).__name__}: {e}"[:300]
+            continue
+        if cap.call is None:
+            rec["error"] = "no flashinfer op was called"
+            continue
+        op, a, k = cap.call
+        opname = op._schema.name.split("::")[1]
+        rec["op"] = opname
+        if opname not in registered:
+            _register_cpu_kernel(opname)
+            registered.add(opname)
+        try:
+            with simulate.compiling():  # AOT dispatch must not touch the CUDA RNG
+                res = torch.library.opcheck(op, a, k)
+            rec["opcheck"] = {t: str(v) for t, v in res.items()}
+        except Exception as e:
+            rec["error"] = f"opcheck: {type(e).__name__}: {str(e)[:400]}"
+    return results
+
+
+OP_NAMES = [
+    "fp4_quantize", "nvfp4_quantize", "mxfp4_quantize", "block_scale_interleave",
+    "nvfp4_batched_quantize", "scaled_fp4_grouped_quantize",
+    "silu_and_mul_scaled_nvfp4_experts_quantize", "mm_fp4", "mm_fp4_out",
+]
+
+
+class _compiling_flag:
+    def __enter__(self) -> None:
+        self.real = torch.compiler.is_compiling
+        torch.compiler.is_compiling = lambda: True
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.compiler.is_compiling = self.real
+
+
+def _cpu_like(t: Any) -> Any:
+    if isinstance(t, torch.Tensor):
+        # Same shape and strides, on CPU, deterministic contents.
+        out = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cpu")
+        if out.dtype.is_floating_point:
+            out.fill_(1.0)
+        else:
+            out.zero_()
+        return out
+    return t
+
+
+def _register_cpu_kernel(opname: str) -> None:
+    """CPU kernel for opcheck: the op's real implementation (the public function's
+    eager path, JIT module stubbed) run on fake CUDA copies of the inputs -- the
+    wrapper insists on CUDA devices -- and its outputs materialized on CPU, zeroed,
+    with the same shapes, dtypes and strides."""
+    from torch._library.custom_ops import OPDEFS
+
+    opdef = OPDEFS[f"flashinfer::{opname}"]
+    real = opdef._init_fn
+
+    def cpu_kernel(*args: Any, **kwargs: Any) -> Any:
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        with mode:
+            fargs = [_fake_cuda_like(a) for a in args]
+            fkwargs = {k: _fake_cuda_like(v) for k, v in kwargs.items()}
+            out = real(*fargs, **fkwargs)
+        if out is None:
+            return None
+        outs = out if isinstance(out, tuple) else (out,)
+        cpu = tuple(
+            torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype,
+                                device="cpu").zero_()
+            for t in outs
+        )
+        return cpu if isinstance(out, tuple) else cpu[0]
+
+    opdef.register_kernel("cpu")(cpu_kernel)
+
+
+def _fake_cuda_like(t: Any) -> Any:
+    if isinstance(t, torch.Tensor):
+        return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype,
+                                   device="cuda")
+    return t
+
+
+def _quoted_module(msg: str) -> str | None:
+    import re
+
+    m = re.search(r"FlashInfer JIT module '([^']+)'", msg)
+    return m.group(1) if m else None
+
+
+def jit_error_check() -> dict[str, Any]:
+    """Reaching a JIT getter while Dynamo traces gives the clear RuntimeError."""
+    from flashinfer.fp4_quantization import get_fp4_quantization_module
+
+    out: dict[str, Any] = {}
+
+    arch = f"{CAPABILITY[0]}{CAPABILITY[1]}"
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        get_fp4_quantization_module.__wrapped__(arch)
+        return x + 1
+
+    import os
+
+    for nvcc_override in (None, "12.8"):
+        if nvcc_override is None:
+            os.environ.pop("FLASHINFER_NVCC_VERSION", None)
+        else:
+            os.environ["FLASHINFER_NVCC_VERSION"] = nvcc_override
+        torch._dynamo.reset()
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            x = cuda(4)
+            try:
+                with simulate.compiling():
+                    torch.compile(f, fullgraph=True, backend="eager")(x)
+                msg = "no error"
+            except Exception as e:
+                msg = f"{type(e).__module__}.{type(e).__name__}: {e}"
+        out[f"traced-nvcc={nvcc_override}"] = {
+            "error": msg.splitlines()[0][:200],
+            "names_warmup": "flashinfer.fp4_warmup(device)" in msg,
+            "module": _quoted_module(msg),
+        }
+    with _compiling_flag():
+        try:
+            get_fp4_quantization_module.__wrapped__(arch)
+            out["flag"] = "no error"
+        except Exception as e:
+            out["flag"] = f"{type(e).__module__}.{type(e).__name__}: {e}"[:600]
+            out["flag_module"] = _quoted_module(str(e))
+    return out
+
+
+def main(request_json: str) -> None:
+    global CAPABILITY
+    req = json.loads(request_json)
+    gpu = simulate.GPUS[req["gpu"]]
+    CAPABILITY = gpu.capability
+    simulate.install(gpu)
+    import flashinfer
+
+    res: dict[str, Any] = {"version": flashinfer.__version__}
+    try:
+        if req["mode"] == "trace":
+            res["cases"] = trace_all(req["version"], req["patched"], req["dynamic"],
+                                     req.get("only"))
+        if req["mode"] == "eager":
+            stub_jit(req["tmp"])
+            res["cases"] = eager_all(req["version"], req.get("only"))
+        if req["mode"] == "opcheck":
+            stub_jit(req["tmp"])
+            res["cases"] = opcheck_all(req["version"], req.get("only"))
+        if req["mode"] == "warmup":
+            built = stub_jit(req["tmp"])
+            names = flashinfer.fp4_warmup(torch.device("cuda", 0))
+            again = flashinfer.fp4_warmup()
+            res["warmup"] = {"names": names, "built": built, "again": again}
+            res["jit_error"] = jit_error_check()
+    except Exception:
+        res["crash"] = traceback.format_exc()
+    print("RESULT:" + json.dumps(res))
+    sys.stdout.flush()

@@ -1,0 +1,192 @@
+"""FlashInfer fp4 entry points under torch.compile(fullgraph=True), simulated on CPU.
+
+Every test runs in child interpreters (``fi_child.py``) against the pristine and the
+patched tree of each flashinfer-python version that has a series, on a simulated
+SM120 (RTX PRO 6000 Blackwell) and SM100 (B200).  One child runs every case of a
+(version, device, tree, mode): importing flashinfer and warming Dynamo up is most
+of a child's cost.
+
+What is checked, and how:
+
+- trace: every public fp4 entry point and layout is compiled with
+  ``torch.compile(fullgraph=True, backend="eager")`` on fake CUDA tensors, with
+  ``dynamic=False`` and ``dynamic=True``; ``torch._dynamo.explain`` reports 0 graph
+  breaks and one graph holding the ``flashinfer::<name>`` op; the compiled
+  outputs' shapes/dtypes/strides equal what the op's fake returns.  The pristine
+  tree fails the same trace with ``torch._dynamo.exc.Unsupported``.
+- eager (fake vs real): the public function's eager path -- the code users run,
+  unchanged by the series -- is executed under FakeTensorMode with only the JIT
+  build/load stubbed (the C++ kernels of these versions fill outputs that the
+  Python wrapper allocates, so the Python wrapper *is* the shape logic).  Its output
+  metadata must equal the op's fake, including errors (0.6.3's scale-factor
+  reshape raises when the padded size is not divisible by K / sf_vec_size), and
+  must equal the pristine tree's eager output (eager behaviour unchanged).
+- opcheck: ``torch.library.opcheck`` on CPU tensors, with a CPU kernel registered
+  only in the child (the op's real implementation with the module stubbed, outputs
+  zeroed): schema (no undeclared mutation/aliasing), autograd registration,
+  fake tensor vs the real Python wrapper, AOT dispatch with dynamic shapes.  Not
+  checked on CPU: kernel numerics (GPU tests).
+- warmup: ``flashinfer.fp4_warmup`` resolves every fp4 module for the device (the
+  nvcc/ninja build and the dlopen are stubbed); reaching a module getter while
+  Dynamo traces raises the RuntimeError that names the module and fp4_warmup.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import tempfile
+from typing import Any
+
+import pytest
+
+from conftest import series_versions
+from support.child import run_python, tail
+
+PROJECT = "flashinfer-python"
+VERSIONS = series_versions(PROJECT)
+GPUS = ["sm120", "sm100"]
+HERE = pathlib.Path(__file__).resolve().parent
+
+# Entry points each version offers (cases for others are skipped with a reason).
+ENTRY_POINTS = {
+    "fp4_quantize", "nvfp4_quantize", "mxfp4_quantize", "block_scale_interleave",
+    "nvfp4_batched_quantize", "scaled_fp4_grouped_quantize",
+    "silu_and_mul_scaled_nvfp4_experts_quantize", "mm_fp4",
+}
+# Eager cases that cannot run on this machine, with the reason.
+EAGER_UNRUNNABLE = {
+    "mm_fp4-cudnn": "cuDNN (nvidia-cudnn-frontend) is not installed for the CPU suite",
+    "mm_fp4-auto": "backend='auto' probes cuDNN, not installed for the CPU suite",
+}
+
+OPCHECK_UNRUNNABLE = {
+    **EAGER_UNRUNNABLE,
+    "nvfp4_quantize-shuffle": "the shuffle row indices are built on the real CUDA device",
+}
+
+
+def _run(tree: pathlib.Path, request: dict[str, Any]) -> dict[str, Any]:
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import fi_child\n"
+        "fi_child.main(%r)\n" % (str(HERE), json.dumps(request))
+    )
+    result = run_python(code, path=[tree], env={"FLASHINFER_LOGLEVEL": request.get("loglevel", "0")})
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT:")]
+    assert result.returncode == 0 and lines, tail(result)
+    data = json.loads(lines[-1][len("RESULT:"):])
+    assert "crash" not in data, data["crash"]
+    return data
+
+
+_cache: dict[tuple, dict[str, Any]] = {}
+
+
+@pytest.fixture(scope="session")
+def child(wheel_tree):
+    def get(version: str, gpu: str, patched: bool, mode: str, **extra: Any) -> dict[str, Any]:
+        key = (version, gpu, patched, mode, tuple(sorted(extra.items())))
+        if key not in _cache:
+            tree = wheel_tree(PROJECT, version, patched=patched)
+            req = {"gpu": gpu, "mode": mode, "version": version, "patched": patched,
+                   "dynamic": [False, True], "tmp": tempfile.mkdtemp(prefix="fi-jit-"),
+                   **extra}
+            _cache[key] = _run(tree, req)
+        return _cache[key]
+
+    return get
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_patched_traces_fullgraph_without_breaks(child, version: str, gpu: str) -> None:
+    cases = child(version, gpu, True, "trace")["cases"]
+    assert cases
+    failures = {k: v for k, v in cases.items() if not v.get("ok")}
+    assert not failures, json.dumps(failures, indent=1)[:4000]
+    for key, rec in cases.items():
+        assert rec["graph_breaks"] == 0, key
+        assert rec["graphs"] == 1, key
+        entry = rec["entry"]
+        assert rec["ops"] and all(op.startswith(f"flashinfer.{entry}") for op in rec["ops"]), (key, rec["ops"])
+        assert rec["meta"] == rec["fake_meta"], (key, rec["meta"], rec["fake_meta"])
+    entries = {rec["entry"] for rec in cases.values()}
+    assert entries == ENTRY_POINTS
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_pristine_fails_the_same_trace(child, version: str, gpu: str) -> None:
+    cases = child(version, gpu, False, "trace", dynamic=[False])["cases"]
+    passed = [k for k, v in cases.items() if v.get("ok")]
+    assert not passed, f"pristine {version} traced: {passed}"
+    for key, rec in cases.items():
+        assert rec["error_type"] == "torch._dynamo.exc.Unsupported", (key, rec)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_trace_with_api_logging(child, version: str) -> None:
+    """FLASHINFER_LOGLEVEL >= 1 wraps every API in a logger (datetime.now())."""
+    for level in ("1", "3"):
+        cases = child(version, "sm120", True, "trace", loglevel=level, dynamic=[False],
+                      only=["fp4_quantize-128x4-sf16", "mm_fp4-cutlass"])["cases"]
+        assert cases and all(v.get("ok") and v["graph_breaks"] == 0 for v in cases.values()), cases
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_fake_equals_eager_shape_logic(child, version: str, gpu: str) -> None:
+    patched = child(version, gpu, True, "eager")["cases"]
+    pristine = child(version, gpu, False, "eager")["cases"]
+    checked = 0
+    for name, rec in patched.items():
+        if name in EAGER_UNRUNNABLE:
+            continue
+        if "eager_error" in rec:
+            # The fake must fail the same way the version's eager code does.
+            assert rec.get("fake_error") == rec["eager_error"], (name, rec)
+        else:
+            assert rec["eager"] == rec["fake"], (name, rec)
+        # Eager behaviour is unchanged by the series.
+        assert rec.get("eager") == pristine[name].get("eager"), (name, rec, pristine[name])
+        assert rec.get("eager_error") == pristine[name].get("eager_error"), name
+        checked += 1
+    assert checked >= 25
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_opcheck(child, version: str) -> None:
+    cases = child(version, "sm120", True, "opcheck")["cases"]
+    bad = {}
+    for name, rec in cases.items():
+        if name in OPCHECK_UNRUNNABLE:
+            continue
+        if "error" in rec:
+            bad[name] = rec["error"]
+            continue
+        failed = {t: v for t, v in rec["opcheck"].items() if v != "SUCCESS"}
+        if failed:
+            bad[name] = failed
+    assert not bad, json.dumps(bad, indent=1)[:4000]
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_warmup_and_clear_jit_error(child, version: str, gpu: str) -> None:
+    data = child(version, gpu, True, "warmup")
+    warm = data["warmup"]
+    names = warm["names"]
+    assert names == warm["built"], warm
+    arch = "120" if gpu == "sm120" else "100"
+    assert f"fp4_quantization_{arch}" in names
+    assert any(n.startswith("fp4_gemm_cutlass") for n in names)
+    assert any(n.startswith("fused_moe") for n in names)
+    # A second warm-up loads nothing new and reports the cached getters.
+    assert len(warm["again"]) == len(names)
+    err = data["jit_error"]
+    assert err["flag_module"] == f"fp4_quantization_{arch}"
+    assert "flashinfer.fp4_warmup(device)" in err["flag"]
+    for key in ("traced-nvcc=None", "traced-nvcc=12.8"):
+        assert err[key]["names_warmup"], err[key]
+        assert err[key]["module"], err[key]
