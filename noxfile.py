@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import glob
+import os
 
 import nox
 
@@ -24,6 +25,24 @@ def _test_requirements() -> list[str]:
     for path in sorted(glob.glob("tests/*/requirements.txt")):
         args += ["-r", path]
     return args
+
+
+def _stack(session: nox.Session) -> str:
+    """The stack GPU-side sessions use: FP4GRAPH_STACK, default sglang-0.5.9."""
+    stack = os.environ.get("FP4GRAPH_STACK", "sglang-0.5.9")
+    session.log(f"stack {stack}")
+    return stack
+
+
+def _install_patched(session: nox.Session, stack: str, *, project: str | None = None) -> None:
+    """Install the stack's patched wheels from wheels/ (built by `nox -s wheels`) and its torch."""
+    session.install("-e", ".[test]")
+    args = ["-m", "fp4graph", "pins", stack, "--torch"]
+    if project:
+        args += ["--project", project]
+    pins = session.run("python", *args, silent=True).split()
+    session.install("--find-links", "wheels", *pins)
+    session.run("python", "-m", "pip", "list", "--format=freeze", silent=False)
 
 
 def _install_test_env(session: nox.Session, torch: str = TORCH) -> None:
@@ -75,3 +94,49 @@ def tracing(session: nox.Session, torch: str) -> None:
         "pytest", "-m", "not gpu and not sm120",
         *(session.posargs or ["tests/flashinfer", "tests/sglang"]),
     )
+
+
+@nox.session(default=False)
+def gpu(session: nox.Session) -> None:
+    """GPU tests of the patched flashinfer (warm-up, capture/replay; numerics on SM100+)."""
+    stack = _stack(session)
+    _install_patched(session, stack, project="flashinfer-python")
+    session.run("pytest", "-m", "gpu", *(session.posargs or ["tests/gpu"]))
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Eager overhead vs pristine, fullgraph + CUDA-graph speed-up, warm-up cost (GPU)."""
+    stack = _stack(session)
+    _install_patched(session, stack, project="flashinfer-python")
+    session.install("matplotlib")
+    pin = session.run("python", "-m", "fp4graph", "pins", stack, "--project",
+                      "flashinfer-python", silent=True).strip()
+    version = pin.split("==")[1].split("+")[0]
+    pristine = session.run("python", "-m", "fp4graph", "fetch", "flashinfer-python", version,
+                           silent=True).strip()
+    session.run("python", "benchmarks/bench_fp4.py", "--pristine", pristine, *session.posargs)
+
+
+@nox.session(default=False)
+def integration(session: nox.Session) -> None:
+    """SM120: sglang with piecewise CUDA graphs on and off; greedy outputs, throughput table."""
+    session.install("-e", ".")
+    session.run("python", "-m", "fp4graph", "integration", "--stack", _stack(session),
+                *session.posargs)
+
+
+@nox.session(default=False)
+def upstream(session: nox.Session) -> None:
+    """PR-ready branches, format-patch output and PR bodies from a series (dry run)."""
+    if not session.posargs:
+        session.error("Usage: nox -s upstream -- <project> [--version V] [--repo PATH]")
+    session.install("-e", ".")
+    session.run("python", "-m", "fp4graph", "upstream", *session.posargs)
+
+
+@nox.session(default=False)
+def drift(session: nox.Session) -> None:
+    """Which patches still apply, are already upstream or conflict, release by release."""
+    session.install("-e", ".")
+    session.run("python", "-m", "fp4graph", "drift", *session.posargs)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import json
 import os
 import pathlib
 import sys
 from collections.abc import Sequence
 
-from . import build, config, lint, log, publish, trees
+from . import build, config, fetch, lint, log, publish, trees
+from . import stacks as stacks_module
 from .errors import Fp4graphError
 
 # Commands implemented in their own modules: name -> (module, help).
@@ -57,6 +59,39 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pins(args: argparse.Namespace) -> int:
+    """Print the requirements that install a built stack (from wheels/manifest.json)."""
+    settings = _settings(args)
+    manifest_path = settings.wheels_dir / "manifest.json"
+    if not manifest_path.exists():
+        raise Fp4graphError(f"{manifest_path}: no such file; run `nox -s wheels` first")
+    manifest = json.loads(manifest_path.read_text())
+    stacks = {s["name"]: s for s in manifest["stacks"]}
+    if args.stack not in stacks:
+        raise Fp4graphError(
+            f"{manifest_path}: stack {args.stack!r} was not built; built: {', '.join(stacks)}"
+        )
+    pins = list(stacks[args.stack]["pins"])
+    if args.project:
+        pins = [p for p in pins if p.split("==")[0] == args.project]
+    if args.torch:
+        torch = stacks_module.load(settings.stacks_file).stack(args.stack).torch
+        if torch:
+            pins.append(f"torch=={torch}")
+    print("\n".join(pins))
+    return 0
+
+
+def _cmd_fetch(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    artifact = stacks_module.load(settings.stacks_file).artifact(args.project, args.version)
+    pinned = artifact.sdist if args.sdist else artifact.file(args.file)
+    if pinned is None:
+        raise Fp4graphError(f"{artifact.key} pins no sdist in patches/stacks.toml")
+    print(fetch.fetch(settings, artifact.project, pinned))
+    return 0
+
+
 def _cmd_tree(args: argparse.Namespace) -> int:
     path = trees.materialize(
         _settings(args), args.project, args.version, patched=not args.pristine, filename=args.file
@@ -86,6 +121,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("repository_url", help="upload URL, e.g. http://127.0.0.1:8080/")
     p.add_argument("--simple-url", help="the index's simple URL (default <repository-url>/simple/)")
     p.set_defaults(func=_cmd_publish)
+
+    p = sub.add_parser("pins", help="print the pins of a built stack (wheels/manifest.json)")
+    p.add_argument("stack")
+    p.add_argument("--project", help="only this project's pin")
+    p.add_argument("--torch", action="store_true", help="add the stack's torch pin")
+    p.set_defaults(func=_cmd_pins)
+
+    p = sub.add_parser("fetch", help="download a pinned upstream file; print its cached path")
+    p.add_argument("project")
+    p.add_argument("version")
+    p.add_argument("--file", help="which pinned wheel (for per-Python wheels)")
+    p.add_argument("--sdist", action="store_true", help="the sdist instead of a wheel")
+    fetch_options(p)
+    p.set_defaults(func=_cmd_fetch)
 
     p = sub.add_parser("tree", help="print the path of an unpacked pristine or patched wheel")
     p.add_argument("project")

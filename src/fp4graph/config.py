@@ -44,6 +44,6 @@ class Settings:
         return cls(
             repo=repo,
             cache_dir=default_cache_dir(),
-            index_url=os.environ.get("FP4GRAPH_INDEX_URL", DEFAULT_INDEX_URL),
+            index_url=os.environ.get("FP4GRAPH_INDEX_URL") or DEFAULT_INDEX_URL,
             find_links=tuple(pathlib.Path(p) for p in links.split(os.pathsep) if p),
         )

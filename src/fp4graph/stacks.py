@@ -70,6 +70,7 @@ class Stack:
 
     name: str
     artifacts: tuple[str, ...]
+    torch: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -159,7 +160,15 @@ def parse(data: Mapping[str, Any], source: str = "patches/stacks.toml") -> Catal
             keys.append(key)
         if not name or not keys:
             raise ConfigError(f"{where}: needs a name and at least one artifact")
-        stacks.append(Stack(name=name, artifacts=tuple(keys)))
+        torch = raw.get("torch")
+        if torch is not None:
+            try:
+                Version(str(torch))
+            except InvalidVersion:
+                raise ConfigError(f"{where} ({name}): torch {torch!r} is not a version") from None
+        stacks.append(
+            Stack(name=name, artifacts=tuple(keys), torch=None if torch is None else str(torch))
+        )
     return Catalog(artifacts=artifacts, stacks=tuple(stacks))
 
 
