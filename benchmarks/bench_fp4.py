@@ -38,6 +38,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch  # custom-op schemas below are inferred from annotations in this module
+
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
@@ -67,7 +69,9 @@ def git_commit() -> str:
             capture_output=True,
             text=True,
         )
-        commit = out.stdout.strip() or os.environ.get("FP4GRAPH_COMMIT", "unknown")
+        if os.environ.get("FP4GRAPH_COMMIT"):
+            return os.environ["FP4GRAPH_COMMIT"]
+        commit = out.stdout.strip() or "unknown"
         return commit + ("-dirty" if dirty.stdout.strip() else "")
     except OSError:
         return os.environ.get("FP4GRAPH_COMMIT", "unknown")
@@ -157,7 +161,6 @@ def bench_warmup(workspace: pathlib.Path) -> dict[str, Any]:
 
 
 def time_batch(fn: Callable[[], Any], calls: int) -> float:
-    import torch
 
     t = time.perf_counter_ns()
     for _ in range(calls):
@@ -203,8 +206,9 @@ def interleaved(
 
 
 def eager_cases(fi: Any, prist: dict[str, Any], m: int, k: int, sm100: bool) -> dict[str, tuple]:
-    """op name -> (patched callable, pristine callable)."""
-    import torch
+    """op name -> (make patched closure, make pristine closure).
+
+    Factories, so that the A/A control compares two closures built the same way."""
 
     dev = torch.device("cuda")
     x = torch.randn(m, k, dtype=torch.bfloat16, device=dev)
@@ -215,24 +219,33 @@ def eager_cases(fi: Any, prist: dict[str, Any], m: int, k: int, sm100: bool) -> 
     x3_2k = torch.randn(1, m, 2 * k, dtype=torch.bfloat16, device=dev)
     q, pa = prist["fp4_quantization"], prist["activation"]
     cases: dict[str, tuple] = {
-        "fp4_quantize": (lambda: fi.fp4_quantize(x, gs), lambda: q.fp4_quantize(x, gs)),
-        "nvfp4_quantize": (lambda: fi.nvfp4_quantize(x, gs), lambda: q.nvfp4_quantize(x, gs)),
-        "mxfp4_quantize": (lambda: fi.mxfp4_quantize(x), lambda: q.mxfp4_quantize(x)),
+        "fp4_quantize": (
+            lambda: lambda: fi.fp4_quantize(x, gs),
+            lambda: lambda: q.fp4_quantize(x, gs),
+        ),
+        "nvfp4_quantize": (
+            lambda: lambda: fi.nvfp4_quantize(x, gs),
+            lambda: lambda: q.nvfp4_quantize(x, gs),
+        ),
+        "mxfp4_quantize": (
+            lambda: lambda: fi.mxfp4_quantize(x),
+            lambda: lambda: q.mxfp4_quantize(x),
+        ),
         "block_scale_interleave": (
-            lambda: fi.block_scale_interleave(sf_lin),
-            lambda: q.block_scale_interleave(sf_lin),
+            lambda: lambda: fi.block_scale_interleave(sf_lin),
+            lambda: lambda: q.block_scale_interleave(sf_lin),
         ),
         "nvfp4_batched_quantize": (
-            lambda: fi.nvfp4_batched_quantize(x3, gs),
-            lambda: q.nvfp4_batched_quantize(x3, gs),
+            lambda: lambda: fi.nvfp4_batched_quantize(x3, gs),
+            lambda: lambda: q.nvfp4_batched_quantize(x3, gs),
         ),
         "scaled_fp4_grouped_quantize": (
-            lambda: fi.scaled_fp4_grouped_quantize(x3, mask, gs),
-            lambda: q.scaled_fp4_grouped_quantize(x3, mask, gs),
+            lambda: lambda: fi.scaled_fp4_grouped_quantize(x3, mask, gs),
+            lambda: lambda: q.scaled_fp4_grouped_quantize(x3, mask, gs),
         ),
         "silu_and_mul_scaled_nvfp4_experts_quantize": (
-            lambda: fi.silu_and_mul_scaled_nvfp4_experts_quantize(x3_2k, mask, gs),
-            lambda: pa.silu_and_mul_scaled_nvfp4_experts_quantize(x3_2k, mask, gs),
+            lambda: lambda: fi.silu_and_mul_scaled_nvfp4_experts_quantize(x3_2k, mask, gs),
+            lambda: lambda: pa.silu_and_mul_scaled_nvfp4_experts_quantize(x3_2k, mask, gs),
         ),
     }
     if sm100 and "gemm" in prist:
@@ -244,10 +257,35 @@ def eager_cases(fi: Any, prist: dict[str, Any], m: int, k: int, sm100: bool) -> 
         alpha = (1.0 / (gs * wgs)).float()
         g = prist["gemm"]
         cases["mm_fp4(cutlass)"] = (
-            lambda: fi.mm_fp4(xq, wq.T, xsf, wsf.T, alpha, torch.bfloat16, backend="cutlass"),
-            lambda: g.mm_fp4(xq, wq.T, xsf, wsf.T, alpha, torch.bfloat16, backend="cutlass"),
+            lambda: (
+                lambda: fi.mm_fp4(xq, wq.T, xsf, wsf.T, alpha, torch.bfloat16, backend="cutlass")
+            ),
+            lambda: (
+                lambda: g.mm_fp4(xq, wq.T, xsf, wsf.T, alpha, torch.bfloat16, backend="cutlass")
+            ),
         )
     return cases
+
+
+def guard_cost_ns(n: int = 200_000) -> dict[str, float]:
+    """Host cost of the check each patched public function adds on its eager path."""
+
+    def empty() -> None:
+        return None
+
+    res: dict[str, float] = {}
+    for label, fn in (
+        ("torch.compiler.is_compiling()", torch.compiler.is_compiling),
+        ("empty Python call", empty),
+    ):
+        best = float("inf")
+        for _ in range(5):
+            t = time.perf_counter_ns()
+            for _ in range(n):
+                fn()
+            best = min(best, (time.perf_counter_ns() - t) / n)
+        res[label] = best
+    return res
 
 
 def bench_eager(
@@ -260,13 +298,13 @@ def bench_eager(
     sm100: bool,
     only: set[str] | None,
 ) -> list[dict[str, Any]]:
-    import torch
 
     rows: list[dict[str, Any]] = []
     for m in tokens:
-        for name, (patched, pristine) in eager_cases(fi, prist, m, k, sm100).items():
+        for name, (make_patched, make_pristine) in eager_cases(fi, prist, m, k, sm100).items():
             if only and name not in only:
                 continue
+            patched, pristine = make_patched(), make_pristine()
             row: dict[str, Any] = {"op": name, "M": m, "K": k}
             try:
                 patched()
@@ -277,8 +315,8 @@ def bench_eager(
                 log(f"eager {name} M={m}: skipped ({row['skipped']})")
                 rows.append(row)
                 continue
-            # A/A control: the same patched function through two distinct closures.
-            patched_again = lambda p=patched: p()  # noqa: E731
+            # A/A control: the patched op through a second closure built the same way.
+            patched_again = make_patched()
             ab = interleaved(patched, pristine, rounds, calls)
             aa = interleaved(patched, patched_again, rounds, calls)
             row.update(
@@ -306,11 +344,11 @@ def bench_eager(
 # (b) host-bound block
 
 
-def make_block(fi: Any, k: int, layers: int, sm100: bool) -> tuple[Callable, Any]:
+def make_block(
+    fi: Any, k: int, layers: int, sm100: bool, device: str = "cuda"
+) -> tuple[Callable, Any]:
     """The 32-layer block and its split op.  Returns (block(x) -> x, split-op overload)."""
-    import torch
-
-    dev = torch.device("cuda")
+    dev = torch.device(device)
     torch.manual_seed(0)
     gs = torch.tensor([1.0], device=dev)  # any fixed global scale: timing only
 
@@ -428,7 +466,6 @@ def piecewise_backend(split_ops: set[Any], stats: dict[str, Any]) -> Callable:
     """A minimal sglang-style piecewise backend: split the Dynamo graph at ``split_ops``
     (each split op its own submodule, run eagerly), capture every other piece in a CUDA
     graph per input shape.  Pieces run as FX code ("eager" piece compiler)."""
-    import torch
     from torch.fx.passes.split_module import split_module
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
@@ -466,7 +503,6 @@ def piecewise_backend(split_ops: set[Any], stats: dict[str, Any]) -> Callable:
 
 
 def kernel_sum_us(fn: Callable[[], Any], iters: int = 20) -> float:
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     fn()
@@ -480,7 +516,6 @@ def kernel_sum_us(fn: Callable[[], Any], iters: int = 20) -> float:
 
 
 def time_loop(fn: Callable[[], Any], iters: int, reps: int = 7) -> dict[str, float]:
-    import torch
 
     for _ in range(5):
         fn()
@@ -501,7 +536,6 @@ def time_loop(fn: Callable[[], Any], iters: int, reps: int = 7) -> dict[str, flo
 
 
 def bench_block(fi: Any, tokens: list[int], k: int, layers: int, sm100: bool) -> dict[str, Any]:
-    import torch
 
     for opt in ("cache_size_limit", "recompile_limit"):
         if hasattr(torch._dynamo.config, opt):
@@ -646,7 +680,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import _pristine
     import flashinfer as fi
-    import torch
 
     cap = torch.cuda.get_device_capability()
     cap_s = f"{cap[0]}{cap[1]}"
@@ -706,6 +739,7 @@ def main(argv: list[str] | None = None) -> int:
         tokens = [int(v) for v in args.tokens.split(",")]
         only = set(args.ops.split(",")) if args.ops else None
         result["eager"] = {
+            "guard_cost_ns": guard_cost_ns(),
             "method": (
                 "one process; patched = installed flashinfer, pristine = the same version's "
                 "files imported under a private package name; per round one batch of "
