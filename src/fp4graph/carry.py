@@ -1,0 +1,211 @@
+"""Series across releases: the nearest series for a version, applying one with ``git am``,
+and ``rebase``: carry a series from version A to version B.
+
+``python -m fp4graph rebase PROJECT A B`` applies A's series to A's source, cherry-picks
+each commit onto B's source (a three-way merge against A's tree), and writes B's series
+with normalised ``git format-patch`` headers and a refreshed ``Last-Update``.  Patches
+that conflict, or that become empty because B already has them, are listed for a human.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import pathlib
+import re
+import shutil
+import tempfile
+
+from packaging.version import InvalidVersion, Version
+
+from .config import Settings
+from .errors import ConfigError, PatchError
+from .log import log
+from .series import SERIES_FILE, Patch, Series, load_series
+from .srcrepo import SourceRepo, git, git_env, source_repo
+from .stacks import load
+
+_LAST_UPDATE = re.compile(r"^Last-Update: .*$", re.M)
+
+
+def series_versions(patches_dir: pathlib.Path, project: str) -> list[str]:
+    """Versions of ``project`` with a ``series`` file, oldest first."""
+    root = patches_dir / project
+    found = []
+    for d in root.glob("*"):
+        if (d / SERIES_FILE).is_file():
+            try:
+                found.append((Version(d.name), d.name))
+            except InvalidVersion:
+                continue
+    return [name for _, name in sorted(found)]
+
+
+def nearest_series_version(patches_dir: pathlib.Path, project: str, version: str) -> str | None:
+    """The series for ``version``: the highest series version <= it, else the lowest one."""
+    versions = series_versions(patches_dir, project)
+    if not versions:
+        return None
+    target = Version(version)
+    below = [v for v in versions if Version(v) <= target]
+    return below[-1] if below else versions[0]
+
+
+def nearest_series(settings: Settings, project: str, version: str) -> Series:
+    chosen = nearest_series_version(settings.patches_dir, project, version)
+    series = load_series(settings.patches_dir, project, chosen) if chosen else None
+    if series is None:
+        raise ConfigError(f"{settings.patches_dir / project}: no series for {project}")
+    return series
+
+
+def topic(patch: Patch) -> str:
+    """``0002-feat-quant-...`` from ``0002-feat-quant-....patch``."""
+    return patch.name.removesuffix(".patch")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Applied:
+    patch: Patch
+    commit: str
+
+
+def am_series(repo: SourceRepo, series: Series, *, branch_prefix: str | None = None) -> list[Applied]:
+    """``git am -3`` each patch of ``series`` onto ``repo``; one commit per patch.
+
+    Author, date and message come from the patch; the committer is fixed so the
+    commit ids are reproducible.  With ``branch_prefix``, a branch
+    ``<prefix><topic>`` marks each patch's commit (a stack of PR branches).
+    A conflict aborts the ``git am`` and raises naming the patch and the files.
+    """
+    applied = []
+    for patch in series.patches:
+        result = git(repo.path, "am", "-3", "--keep-cr", str(patch.path.resolve()), check=False)
+        if result.returncode != 0:
+            unmerged = git(repo.path, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
+            git(repo.path, "am", "--abort", check=False)
+            where = ", ".join(unmerged) or _first_error(result.stderr + result.stdout)
+            raise PatchError(
+                f"{patch.path}: does not apply to {repo.project} {repo.version} ({repo.origin}) "
+                f"with `git am -3`: conflicts in {where}. Carry the series with "
+                f"`python -m fp4graph rebase {repo.project} {series.version} {repo.version}` "
+                "or fix the patch by hand."
+            )
+        sha = git(repo.path, "rev-parse", "HEAD").stdout.strip()
+        if branch_prefix is not None:
+            git(repo.path, "branch", "-f", branch_prefix + topic(patch).rstrip("-."), sha)
+        applied.append(Applied(patch=patch, commit=sha))
+    return applied
+
+
+def _first_error(text: str) -> str:
+    for line in text.splitlines():
+        if line.startswith(("error:", "Patch failed", "fatal:")):
+            return line
+    return text.strip().splitlines()[-1] if text.strip() else "(no message)"
+
+
+def normalise(patch_text: str, today: datetime.date) -> str:
+    """Refresh Last-Update in a ``git format-patch`` file's message."""
+    head, sep, rest = patch_text.partition("\n---\n")
+    head = _LAST_UPDATE.sub(f"Last-Update: {today.isoformat()}", head)
+    return head + sep + rest
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Carried:
+    name: str
+    status: str  # "carried" | "conflict" | "empty"
+    detail: str
+
+
+def rebase(
+    settings: Settings,
+    project: str,
+    from_version: str,
+    to_version: str,
+    out_dir: pathlib.Path,
+    *,
+    work_dir: pathlib.Path,
+    today: datetime.date | None = None,
+) -> list[Carried]:
+    """Carry ``from_version``'s series onto ``to_version``; write what carried to ``out_dir``."""
+    today = today or datetime.date.today()
+    catalog = load(settings.stacks_file)
+    series = load_series(settings.patches_dir, project, from_version)
+    if series is None:
+        raise ConfigError(f"{settings.patches_dir / project / from_version}: no series to carry")
+    old = source_repo(settings, catalog.artifact(project, from_version), work_dir / f"from-{from_version}")
+    am_series(old, series)
+    new = source_repo(settings, catalog.artifact(project, to_version), work_dir / f"to-{to_version}")
+    git(new.path, "fetch", "-q", str(old.path.resolve()), f"HEAD:refs/heads/fp4graph/from-{from_version}")
+    commits = git(new.path, "rev-list", "--reverse", f"{old.base}..fp4graph/from-{from_version}").stdout.split()
+    results: list[Carried] = []
+    written: list[str] = []
+    tmp_out = pathlib.Path(tempfile.mkdtemp(prefix=".rebase-", dir=work_dir))
+    env = git_env(date=None)  # keep each patch's author date; committer date irrelevant to output
+    for patch, sha in zip(series.patches, commits, strict=True):
+        before = git(new.path, "rev-parse", "HEAD").stdout.strip()
+        picked = git(new.path, "cherry-pick", "--allow-empty", sha, check=False, env=env)
+        if picked.returncode != 0:
+            unmerged = git(new.path, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
+            git(new.path, "cherry-pick", "--abort", check=False)
+            results.append(Carried(
+                name=patch.name, status="conflict",
+                detail="conflicts in " + (", ".join(unmerged) or _first_error(picked.stderr))
+                + f"; resolve with `git -C {new.path} cherry-pick {sha}`",
+            ))
+            continue
+        if git(new.path, "diff", "--quiet", before, "HEAD", check=False).returncode == 0:
+            git(new.path, "reset", "-q", "--hard", before)
+            results.append(Carried(
+                name=patch.name, status="empty",
+                detail=f"{to_version} already has this change (empty after cherry-pick); "
+                "drop it from the series and set Applied-Upstream",
+            ))
+            continue
+        text = git(
+            new.path, "format-patch", "-1", "--stdout", "--zero-commit", "--no-numbered",
+            "--signature=fp4graph", "HEAD",
+        ).stdout
+        (tmp_out / patch.name).write_text(normalise(text, today), encoding="utf-8")
+        written.append(patch.name)
+        results.append(Carried(name=patch.name, status="carried", detail="cherry-picked cleanly"))
+    (tmp_out / SERIES_FILE).write_text("".join(n + "\n" for n in written), encoding="utf-8")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    shutil.move(str(tmp_out), out_dir)
+    log(f"rebase: wrote {len(written)} patch(es) to {out_dir}")
+    return results
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("project", choices=["flashinfer-python", "sglang"])
+    parser.add_argument("from_version", help="the version whose series to carry (A)")
+    parser.add_argument("to_version", help="the pinned version to carry it to (B)")
+    parser.add_argument(
+        "--out", type=pathlib.Path,
+        help="where to write B's series (default patches/<project>/<B>/; refused if it exists)",
+    )
+    parser.add_argument("--force", action="store_true", help="replace an existing --out")
+    parser.add_argument("--work-dir", type=pathlib.Path, help="keep the git repositories here")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .upstream import settings_from_args
+
+    settings = settings_from_args(args)
+    out = args.out or settings.patches_dir / args.project / args.to_version
+    if out.exists() and not args.force:
+        raise ConfigError(f"{out}: exists; pass --force to replace it or --out elsewhere")
+    work = args.work_dir or pathlib.Path(tempfile.mkdtemp(prefix="fp4graph-rebase-"))
+    work.mkdir(parents=True, exist_ok=True)
+    results = rebase(settings, args.project, args.from_version, args.to_version, out, work_dir=work)
+    human = [r for r in results if r.status != "carried"]
+    for r in results:
+        print(f"{r.name}: {r.status}: {r.detail}")
+    print(f"rebase: {len(results) - len(human)} carried, {len(human)} need a human; "
+          f"series in {out}; repositories in {work}")
+    return 1 if human else 0

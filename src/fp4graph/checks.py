@@ -1,0 +1,238 @@
+"""Upstream's own checks (pre-commit hooks) run on the files a series touches.
+
+The hooks and their versions are read from the tree's ``.pre-commit-config.yaml``.
+Sdists do not ship that file; then the hooks below, taken from upstream's
+configuration (flashinfer main @ 0006e88, sglang main @ 00e8a8c), are used and the
+report says so.  Each tool runs from a virtual environment under
+``<cache>/tools/`` with the exact versions the config pins (``tools="auto"``), or
+from PATH (``tools="path"``, e.g. when a nox session installed them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .errors import Fp4graphError
+from .log import log
+
+# The hooks we run, per project: pre-commit hook id -> how to run it as a check.
+HOOKS: dict[str, tuple[str, ...]] = {
+    "flashinfer-python": ("ruff-check", "ruff", "ruff-format", "mypy"),
+    "sglang": ("isort", "black", "black-jupyter", "codespell"),
+}
+
+# Used when the tree has no .pre-commit-config.yaml (sdists do not ship it).
+FALLBACK_CONFIG: dict[str, dict[str, Any]] = {
+    "flashinfer-python": {
+        "source": "flashinfer-ai/flashinfer main @ 0006e88 .pre-commit-config.yaml",
+        "repos": [
+            {"repo": "https://github.com/pre-commit/mirrors-mypy", "rev": "v1.17.1", "hooks": [
+                {"id": "mypy", "args": ["--config-file", "pyproject.toml", "--exclude", "flashinfer-cubin/"],
+                 "files": "^flashinfer/"},
+            ]},
+            {"repo": "https://github.com/astral-sh/ruff-pre-commit", "rev": "v0.12.8", "hooks": [
+                {"id": "ruff-check"}, {"id": "ruff-format", "types_or": ["python", "pyi"]},
+            ]},
+        ],
+    },
+    "sglang": {
+        "source": "sgl-project/sglang main @ 00e8a8c .pre-commit-config.yaml",
+        "exclude": "^python/sglang/srt/grpc/",
+        "repos": [
+            {"repo": "https://github.com/PyCQA/isort", "rev": "5.13.2", "hooks": [{"id": "isort"}]},
+            {"repo": "https://github.com/psf/black", "rev": "24.10.0", "hooks": [{"id": "black-jupyter"}]},
+            {"repo": "https://github.com/codespell-project/codespell", "rev": "v2.4.1", "hooks": [
+                {"id": "codespell", "additional_dependencies": ["tomli"],
+                 "args": ["--toml", "python/pyproject.toml", "-L", "cann,thi,makro,wil,rouge,PRIS"]},
+            ]},
+        ],
+    },
+}
+
+_PY = re.compile(r"\.pyi?$")
+
+
+class CheckSetupError(Fp4graphError):
+    """A check tool could not be found or installed."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Hook:
+    """One pre-commit hook, as a command over files."""
+
+    id: str
+    requirements: tuple[str, ...]
+    command: tuple[str, ...]  # the executable and its fixed arguments; files follow
+    files: tuple[str, ...]  # every pattern must match
+    exclude: tuple[str, ...]  # any pattern excludes
+    python_only: bool
+
+    @property
+    def executable(self) -> str:
+        return self.command[0]
+
+    def selects(self, path: str) -> bool:
+        if self.python_only and not _PY.search(path):
+            return False
+        if not all(re.search(p, path) for p in self.files):
+            return False
+        return not any(re.search(p, path) for p in self.exclude)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class CheckResult:
+    hook: str
+    command: str
+    files: tuple[str, ...]
+    returncode: int
+    output: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def _version(rev: str) -> str:
+    return rev[1:] if re.fullmatch(r"v\d.*", rev) else rev
+
+
+def _hook(hook: Mapping[str, Any], rev: str) -> Hook | None:
+    hid = str(hook["id"])
+    args = tuple(str(a) for a in hook.get("args", []))
+    extra = tuple(str(d) for d in hook.get("additional_dependencies", []))
+    version = _version(rev)
+    command: tuple[str, ...]
+    if hid in ("ruff", "ruff-check"):
+        req, command = f"ruff=={version}", ("ruff", "check", "--force-exclude", *args)
+    elif hid == "ruff-format":
+        req, command = f"ruff=={version}", ("ruff", "format", "--check", "--diff", "--force-exclude", *args)
+    elif hid == "mypy":
+        req, command = f"mypy=={version}", ("mypy", *args)
+    elif hid in ("black", "black-jupyter"):
+        req, command = f"black=={version}", ("black", "--check", "--diff", *args)
+    elif hid == "isort":
+        req, command = f"isort=={version}", ("isort", "--check-only", "--diff", *args)
+    elif hid == "codespell":
+        req, command = f"codespell=={version}", ("codespell", *args)
+    else:
+        return None
+    return Hook(
+        id=hid,
+        requirements=(req, *extra),
+        command=command,
+        files=tuple(p for p in [hook.get("files")] if p),
+        exclude=tuple(p for p in [hook.get("exclude")] if p),
+        python_only=hid != "codespell",
+    )
+
+
+def load_config(tree: pathlib.Path, project: str) -> tuple[dict[str, Any], str]:
+    """The pre-commit config of ``tree`` (or our fallback for ``project``) and its source."""
+    path = tree / ".pre-commit-config.yaml"
+    if path.is_file():
+        try:
+            import yaml
+        except ImportError:
+            raise CheckSetupError(
+                f"{path}: reading it needs PyYAML; pip install pyyaml"
+            ) from None
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return data, f"{path.name} in the tree"
+    fallback = FALLBACK_CONFIG[project]
+    return fallback, f"{fallback['source']} (the tree has no .pre-commit-config.yaml)"
+
+
+def hooks_for(config: Mapping[str, Any], project: str) -> list[Hook]:
+    """The hooks of ``config`` that fp4graph runs for ``project``, in config order."""
+    wanted = HOOKS[project]
+    top_files, top_exclude = config.get("files"), config.get("exclude")
+    hooks = []
+    for repo in config.get("repos", []):
+        for raw in repo.get("hooks", []):
+            if raw.get("id") not in wanted:
+                continue
+            hook = _hook(raw, str(repo.get("rev", "")))
+            if hook is None:
+                continue
+            hooks.append(dataclasses.replace(
+                hook,
+                files=tuple(p for p in [top_files] if p) + hook.files,
+                exclude=tuple(p for p in [top_exclude] if p) + hook.exclude,
+            ))
+    return hooks
+
+
+def tool_env(cache_dir: pathlib.Path, requirements: Sequence[str]) -> pathlib.Path:
+    """A cached virtual environment with exactly ``requirements``; its bin directory."""
+    key = hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()[:16]
+    venv = cache_dir / "tools" / key
+    bindir = venv / "bin"
+    if (venv / ".complete").is_file():
+        return bindir
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(dir=venv.parent, prefix=f".{key}-"))
+    try:
+        log(f"tools: venv for {' '.join(requirements)}")
+        subprocess.run([sys.executable, "-m", "venv", str(tmp)], check=True, capture_output=True)
+        if venv.exists():
+            shutil.rmtree(venv)
+        tmp.rename(venv)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    result = subprocess.run(
+        [str(bindir / "python"), "-m", "pip", "install", "-q", *requirements],
+        capture_output=True, text=True,
+    )
+    if result.returncode != 0:
+        raise CheckSetupError(
+            f"cannot install {' '.join(requirements)} into {venv}: {result.stderr.strip()[-2000:]}"
+        )
+    (venv / ".complete").write_text("\n".join(requirements) + "\n")
+    return bindir
+
+
+def run_hooks(
+    tree: pathlib.Path,
+    hooks: Sequence[Hook],
+    files: Sequence[str],
+    *,
+    tools: str,
+    cache_dir: pathlib.Path,
+) -> list[CheckResult]:
+    """Run each hook on the ``files`` it selects (that still exist), from ``tree``."""
+    results = []
+    for hook in hooks:
+        selected = tuple(f for f in files if hook.selects(f) and (tree / f).is_file())
+        if not selected:
+            continue
+        if tools == "auto":
+            exe = str(tool_env(cache_dir, hook.requirements) / hook.executable)
+        else:
+            found = shutil.which(hook.executable)
+            if found is None:
+                raise CheckSetupError(
+                    f"{hook.id}: {hook.executable} is not on PATH; install "
+                    f"{' '.join(hook.requirements)} or use --tools auto"
+                )
+            exe = found
+        cmd = [exe, *hook.command[1:], *selected]
+        shown = subprocess.list2cmdline([hook.executable, *hook.command[1:], *selected])
+        log(f"check {hook.id}: {shown}")
+        env = dict(os.environ, NO_COLOR="1", MYPY_FORCE_COLOR="0")
+        result = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, env=env)
+        results.append(CheckResult(
+            hook=hook.id, command=shown, files=selected, returncode=result.returncode,
+            output=(result.stdout + result.stderr).strip(),
+        ))
+    return results
