@@ -502,7 +502,12 @@ def piecewise_backend(split_ops: set[Any], stats: dict[str, Any]) -> Callable:
     return backend
 
 
-def kernel_sum_us(fn: Callable[[], Any], iters: int = 20) -> float:
+TOP_KERNELS: dict[str, list[tuple[str, float]]] = {}
+
+
+def kernel_sum_us(fn: Callable[[], Any], iters: int = 20, label: str = "") -> float:
+    """Summed device time per call (us) from torch.profiler; the 8 largest kernels (us per
+    call) are kept in TOP_KERNELS[label] to show where the time goes."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()
@@ -511,8 +516,10 @@ def kernel_sum_us(fn: Callable[[], Any], iters: int = 20) -> float:
         for _ in range(iters):
             fn()
         torch.cuda.synchronize()
-    total = sum(ev.self_device_time_total for ev in prof.key_averages())
-    return total / iters
+    avgs = [(ev.key, ev.self_device_time_total / iters) for ev in prof.key_averages()]
+    if label:
+        TOP_KERNELS[label] = sorted(avgs, key=lambda kv: -kv[1])[:8]
+    return sum(t for _, t in avgs)
 
 
 def time_loop(fn: Callable[[], Any], iters: int, reps: int = 7) -> dict[str, float]:
@@ -576,9 +583,10 @@ def bench_block(fi: Any, tokens: list[int], k: int, layers: int, sm100: bool) ->
         row["full_graph"] = time_loop(lambda x=x: full(x), iters * 4)
         row["piecewise"] = time_loop(lambda x=x: piecewise(x), iters * 2)
         row["piece_input_copies"] = sum(p.copies for p in stats.get("objects", []))
-        row["kernel_sum_full_us"] = kernel_sum_us(lambda x=x: full(x))
-        row["kernel_sum_piecewise_us"] = kernel_sum_us(lambda x=x: piecewise(x))
-        row["kernel_sum_eager_us"] = kernel_sum_us(lambda x=x: block(x), iters=5)
+        row["kernel_sum_full_us"] = kernel_sum_us(lambda x=x: full(x), label="full")
+        row["kernel_sum_piecewise_us"] = kernel_sum_us(lambda x=x: piecewise(x), label="pw")
+        row["kernel_sum_eager_us"] = kernel_sum_us(lambda x=x: block(x), iters=5, label="eager")
+        row["top_kernels_us"] = dict(TOP_KERNELS)
         e, f, p = (row[n]["median_us"] for n in ("eager", "full_graph", "piecewise"))
         row["speedup_full"] = e / f
         row["speedup_piecewise"] = e / p
