@@ -304,7 +304,7 @@ def test_mxfp4_ignores_the_global_scale():
     x = torch.randn(2, 64, dtype=torch.bfloat16)
     a = fp4ref.fp4_quantize(x, None, 32, True)
     b = fp4ref.fp4_quantize(x, torch.tensor([123.0]), 32, True)
-    assert all(torch.equal(u, v) for u, v in zip(a, b))
+    assert all(torch.equal(u, v) for u, v in zip(a, b, strict=True))
 
 
 def test_nvfp4_requires_a_global_scale():
