@@ -132,6 +132,7 @@ def rebase(
 ) -> list[Carried]:
     """Carry ``from_version``'s series onto ``to_version``; write what carried to ``out_dir``."""
     today = today or datetime.date.today()
+    work_dir.mkdir(parents=True, exist_ok=True)
     catalog = load(settings.stacks_file)
     series = load_series(settings.patches_dir, project, from_version)
     if series is None:

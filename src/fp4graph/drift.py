@@ -453,6 +453,7 @@ def drift(
     refresh: bool = False,
     offline: bool = False,
     first: dict[str, str] | None = None,
+    only: dict[str, Sequence[str]] | None = None,
 ) -> tuple[list[Cell], list[str]]:
     """Classify every series patch against every release; (cells, notes)."""
     cells: list[Cell] = []
@@ -461,6 +462,8 @@ def drift(
         for project in projects:
             rels = releases(settings, project, refresh=refresh, offline=offline,
                             first=(first or {}).get(project))
+            if only is not None and project in only:
+                rels = [r for r in rels if r.version in only[project]]
             loaded: dict[str, Series] = {}
             for release in rels:
                 chosen = nearest_series_version(settings.patches_dir, project, release.version)
@@ -603,6 +606,8 @@ def github_issue(label: str, cells: Sequence[Cell], report: str) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", action="append", choices=("flashinfer-python", "sglang"),
                         help="check only this project (repeatable; default both)")
+    parser.add_argument("--release", action="append", metavar="VERSION",
+                        help="check only this release (repeatable; with one --project)")
     parser.add_argument("--out", type=pathlib.Path, help="report directory (default wheels/reports)")
     parser.add_argument("--refresh", action="store_true", help="re-read the release list now")
     parser.add_argument("--offline", action="store_true", help="use only the cache")
@@ -617,8 +622,9 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     started = time.monotonic()
-    cells, notes = drift(settings, args.project or ("flashinfer-python", "sglang"),
-                         refresh=args.refresh, offline=args.offline)
+    projects = args.project or ("flashinfer-python", "sglang")
+    only = {p: args.release for p in projects} if args.release else None
+    cells, notes = drift(settings, projects, refresh=args.refresh, offline=args.offline, only=only)
     out = args.out or settings.wheels_dir / "reports"
     write_reports(out, cells, notes)
     print(text_matrix(cells) if cells else "no series to check")

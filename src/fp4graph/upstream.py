@@ -311,6 +311,11 @@ def run_added_tests(
             runs.append(TestRun(path=rel, command=shown, outcome="failed", output=f"timed out after {timeout}s"))
             continue
         output = (result.stdout + result.stderr).strip()
+        missing = re.search(r"ModuleNotFoundError: No module named '([^']+)'", output)
+        if result.returncode != 0 and missing:
+            runs.append(TestRun(path=rel, command=shown, outcome="not-run",
+                                output=f"needs {missing[1]!r}, which {python} lacks\n" + output[-2000:]))
+            continue
         if result.returncode == 0:
             outcome = "skipped" if re.search(r"\b\d+ skipped\b", output) and " passed" not in output else "passed"
         elif result.returncode == 5:
