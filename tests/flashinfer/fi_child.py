@@ -233,17 +233,17 @@ def stub_jit(tmp: str) -> list[str]:
     core.JitSpec.build = build
     core.JitSpec.load = lambda self, so_path: _StubModule()
     core.JitSpec.is_aot = property(lambda self: False)
-    try:  # trtllm-gen modules download cubins at spec generation
-        from flashinfer.jit import cubin_loader
+    # trtllm-gen modules download cubins and checksums at spec generation.
+    import flashinfer.fused_moe.core  # noqa: F401
+    import flashinfer.gemm.gemm_base  # noqa: F401
 
-        cubin_loader.get_cubin = lambda *a, **k: b"0" * 64
-        cubin_loader.setup_cubin_loader = lambda *a, **k: None
-    except ImportError:
-        pass
-    for mod in ("flashinfer.gemm.gemm_base", "flashinfer.fused_moe.core"):
-        m = sys.modules.get(mod)
-        if m is not None and hasattr(m, "setup_cubin_loader"):
-            m.setup_cubin_loader = lambda *a, **k: None
+    for mod_name, mod in list(sys.modules.items()):
+        if not mod_name.startswith("flashinfer") or mod is None:
+            continue
+        if hasattr(mod, "get_cubin"):
+            mod.get_cubin = lambda *a, **k: b"0" * 64 + b" flashinferMetaInfo.h\n"
+        if hasattr(mod, "setup_cubin_loader"):
+            mod.setup_cubin_loader = lambda *a, **k: None
     return built
 
 

@@ -58,11 +58,12 @@ ENTRY_POINTS = {
 EAGER_UNRUNNABLE = {
     "mm_fp4-cudnn": "cuDNN (nvidia-cudnn-frontend) is not installed for the CPU suite",
     "mm_fp4-auto": "backend='auto' probes cuDNN, not installed for the CPU suite",
+    "nvfp4_quantize-shuffle": "the shuffle row indices are built on the real CUDA device",
 }
 
+CALLS_DOT_CUDA = {"nvfp4_quantize", "mxfp4_quantize"}
 OPCHECK_UNRUNNABLE = {
     **EAGER_UNRUNNABLE,
-    "nvfp4_quantize-shuffle": "the shuffle row indices are built on the real CUDA device",
 }
 
 
@@ -86,7 +87,7 @@ _cache: dict[tuple, dict[str, Any]] = {}
 @pytest.fixture(scope="session")
 def child(wheel_tree):
     def get(version: str, gpu: str, patched: bool, mode: str, **extra: Any) -> dict[str, Any]:
-        key = (version, gpu, patched, mode, tuple(sorted(extra.items())))
+        key = (version, gpu, patched, mode, json.dumps(extra, sort_keys=True))
         if key not in _cache:
             tree = wheel_tree(PROJECT, version, patched=patched)
             req = {"gpu": gpu, "mode": mode, "version": version, "patched": patched,
@@ -122,7 +123,13 @@ def test_pristine_fails_the_same_trace(child, version: str, gpu: str) -> None:
     passed = [k for k, v in cases.items() if v.get("ok")]
     assert not passed, f"pristine {version} traced: {passed}"
     for key, rec in cases.items():
-        assert rec["error_type"] == "torch._dynamo.exc.Unsupported", (key, rec)
+        allowed = {"torch._dynamo.exc.Unsupported"}
+        if rec["entry"] in CALLS_DOT_CUDA:
+            # Pristine nvfp4_quantize / mxfp4_quantize call .cuda() first; a CPU
+            # build of torch rejects that during fake propagation, before Dynamo
+            # reaches the module getter (on a CUDA build: Unsupported).
+            allowed.add("torch._dynamo.exc.TorchRuntimeError")
+        assert rec["error_type"] in allowed, (key, rec)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
