@@ -59,62 +59,141 @@ def cases(version: str, capability: tuple[int, int]) -> list[Case]:
         out.append((name, entry, build, call))
 
     q = fi.fp4_quantize
-    add("fp4_quantize-128x4-sf16", "fp4_quantize", lambda: (cuda(128, 256), gscale()),
-        lambda x, g: q(x, g))
-    add("fp4_quantize-m37-128x4", "fp4_quantize", lambda: (cuda(37, 512), gscale()),
-        lambda x, g: q(x, g))
-    add("fp4_quantize-8x4", "fp4_quantize", lambda: (cuda(40, 256), gscale()),
-        lambda x, g: q(x, g, 16, False, True, True))
-    add("fp4_quantize-linear", "fp4_quantize", lambda: (cuda(40, 256), gscale()),
-        lambda x, g: q(x, g, 16, False, False))
-    add("fp4_quantize-sf32-ue8m0", "fp4_quantize", lambda: (cuda(64, 512), gscale()),
-        lambda x, g: q(x, g, 32, True, True))
-    add("fp4_quantize-fp16-pdl", "fp4_quantize",
+    add(
+        "fp4_quantize-128x4-sf16",
+        "fp4_quantize",
+        lambda: (cuda(128, 256), gscale()),
+        lambda x, g: q(x, g),
+    )
+    add(
+        "fp4_quantize-m37-128x4",
+        "fp4_quantize",
+        lambda: (cuda(37, 512), gscale()),
+        lambda x, g: q(x, g),
+    )
+    add(
+        "fp4_quantize-8x4",
+        "fp4_quantize",
+        lambda: (cuda(40, 256), gscale()),
+        lambda x, g: q(x, g, 16, False, True, True),
+    )
+    add(
+        "fp4_quantize-linear",
+        "fp4_quantize",
+        lambda: (cuda(40, 256), gscale()),
+        lambda x, g: q(x, g, 16, False, False),
+    )
+    add(
+        "fp4_quantize-sf32-ue8m0",
+        "fp4_quantize",
+        lambda: (cuda(64, 512), gscale()),
+        lambda x, g: q(x, g, 32, True, True),
+    )
+    add(
+        "fp4_quantize-fp16-pdl",
+        "fp4_quantize",
         lambda: (cuda(64, 256, dtype=torch.float16), gscale()),
-        lambda x, g: q(x, g, enable_pdl=True))
-    add("fp4_quantize-colmajor", "fp4_quantize", lambda: (col_major(256, 128), gscale()),
-        lambda x, g: q(x, g))
-    add("fp4_quantize-colmajor-linear", "fp4_quantize",
-        lambda: (col_major(256, 128), gscale()), lambda x, g: q(x, g, 16, False, False))
-    add("fp4_quantize-3d", "fp4_quantize", lambda: (cuda(4, 64, 256), gscale()),
-        lambda x, g: q(x, g))
-    add("fp4_quantize-3d-linear", "fp4_quantize", lambda: (cuda(4, 64, 256), gscale()),
-        lambda x, g: q(x, g, 16, False, False))
-    add("fp4_quantize-no-global-scale", "fp4_quantize", lambda: (cuda(128, 256),),
-        lambda x: q(x))
+        lambda x, g: q(x, g, enable_pdl=True),
+    )
+    add(
+        "fp4_quantize-colmajor",
+        "fp4_quantize",
+        lambda: (col_major(256, 128), gscale()),
+        lambda x, g: q(x, g),
+    )
+    add(
+        "fp4_quantize-colmajor-linear",
+        "fp4_quantize",
+        lambda: (col_major(256, 128), gscale()),
+        lambda x, g: q(x, g, 16, False, False),
+    )
+    add(
+        "fp4_quantize-3d",
+        "fp4_quantize",
+        lambda: (cuda(4, 64, 256), gscale()),
+        lambda x, g: q(x, g),
+    )
+    add(
+        "fp4_quantize-3d-linear",
+        "fp4_quantize",
+        lambda: (cuda(4, 64, 256), gscale()),
+        lambda x, g: q(x, g, 16, False, False),
+    )
+    add("fp4_quantize-no-global-scale", "fp4_quantize", lambda: (cuda(128, 256),), lambda x: q(x))
 
     nq = fi.nvfp4_quantize
     L = fi.SfLayout
-    add("nvfp4_quantize-128x4", "nvfp4_quantize", lambda: (cuda(100, 256), gscale()),
-        lambda x, g: nq(x, g, L.layout_128x4))
-    add("nvfp4_quantize-8x4", "nvfp4_quantize", lambda: (cuda(100, 256), gscale()),
-        lambda x, g: nq(x, g, L.layout_8x4))
-    add("nvfp4_quantize-shuffle", "nvfp4_quantize", lambda: (cuda(256, 256), gscale()),
-        lambda x, g: nq(x, g, L.layout_128x4, do_shuffle=True))
-    add("mxfp4_quantize", "mxfp4_quantize", lambda: (cuda(128, 512),),
-        lambda x: fi.mxfp4_quantize(x))
+    add(
+        "nvfp4_quantize-128x4",
+        "nvfp4_quantize",
+        lambda: (cuda(100, 256), gscale()),
+        lambda x, g: nq(x, g, L.layout_128x4),
+    )
+    add(
+        "nvfp4_quantize-8x4",
+        "nvfp4_quantize",
+        lambda: (cuda(100, 256), gscale()),
+        lambda x, g: nq(x, g, L.layout_8x4),
+    )
+    add(
+        "nvfp4_quantize-shuffle",
+        "nvfp4_quantize",
+        lambda: (cuda(256, 256), gscale()),
+        lambda x, g: nq(x, g, L.layout_128x4, do_shuffle=True),
+    )
+    add(
+        "mxfp4_quantize",
+        "mxfp4_quantize",
+        lambda: (cuda(128, 512),),
+        lambda x: fi.mxfp4_quantize(x),
+    )
 
     bsi = fi.block_scale_interleave
     u8 = torch.uint8
-    add("block_scale_interleave-2d", "block_scale_interleave",
-        lambda: (cuda(100, 20, dtype=u8),), lambda s: bsi(s))
-    add("block_scale_interleave-3d", "block_scale_interleave",
-        lambda: (cuda(4, 100, 20, dtype=u8),), lambda s: bsi(s))
-    add("block_scale_interleave-bf16", "block_scale_interleave",
-        lambda: (cuda(128, 16, dtype=BF16),), lambda s: bsi(s))
-    add("nvfp4_block_scale_interleave", "block_scale_interleave",
-        lambda: (cuda(256, 16, dtype=u8),), lambda s: fi.nvfp4_block_scale_interleave(s))
+    add(
+        "block_scale_interleave-2d",
+        "block_scale_interleave",
+        lambda: (cuda(100, 20, dtype=u8),),
+        lambda s: bsi(s),
+    )
+    add(
+        "block_scale_interleave-3d",
+        "block_scale_interleave",
+        lambda: (cuda(4, 100, 20, dtype=u8),),
+        lambda s: bsi(s),
+    )
+    add(
+        "block_scale_interleave-bf16",
+        "block_scale_interleave",
+        lambda: (cuda(128, 16, dtype=BF16),),
+        lambda s: bsi(s),
+    )
+    add(
+        "nvfp4_block_scale_interleave",
+        "block_scale_interleave",
+        lambda: (cuda(256, 16, dtype=u8),),
+        lambda s: fi.nvfp4_block_scale_interleave(s),
+    )
 
-    add("nvfp4_batched_quantize", "nvfp4_batched_quantize",
-        lambda: (cuda(4, 100, 256), gscale()), lambda x, g: fi.nvfp4_batched_quantize(x, g))
+    add(
+        "nvfp4_batched_quantize",
+        "nvfp4_batched_quantize",
+        lambda: (cuda(4, 100, 256), gscale()),
+        lambda x, g: fi.nvfp4_batched_quantize(x, g),
+    )
     i32 = torch.int32
-    add("scaled_fp4_grouped_quantize", "scaled_fp4_grouped_quantize",
+    add(
+        "scaled_fp4_grouped_quantize",
+        "scaled_fp4_grouped_quantize",
         lambda: (cuda(4, 100, 256), cuda(4, dtype=i32), cuda(4, dtype=torch.float32)),
-        lambda x, m, g: fi.scaled_fp4_grouped_quantize(x, m, g))
-    add("silu_and_mul_scaled_nvfp4_experts_quantize",
+        lambda x, m, g: fi.scaled_fp4_grouped_quantize(x, m, g),
+    )
+    add(
+        "silu_and_mul_scaled_nvfp4_experts_quantize",
         "silu_and_mul_scaled_nvfp4_experts_quantize",
         lambda: (cuda(4, 100, 512), cuda(4, dtype=i32), cuda(4, dtype=torch.float32)),
-        lambda x, m, g: fi.silu_and_mul_scaled_nvfp4_experts_quantize(x, m, g))
+        lambda x, m, g: fi.silu_and_mul_scaled_nvfp4_experts_quantize(x, m, g),
+    )
 
     # mm_fp4: a (m, k/2) row-major, b (k/2, n) column-major (b_fp4.T), scales likewise.
     def mm_inputs(m: int = 48, n: int = 256, k: int = 256) -> tuple:
@@ -129,12 +208,18 @@ def cases(version: str, capability: tuple[int, int]) -> list[Case]:
     if capability[0] == 10:
         backends.append("trtllm")
     for backend in backends:
-        add(f"mm_fp4-{backend}", "mm_fp4", mm_inputs,
-            lambda a, b, sa, sb, al, be=backend: fi.mm_fp4(a, b, sa, sb, al, BF16,
-                                                           backend=be))
-    add("mm_fp4-cutlass-fp16", "mm_fp4", mm_inputs,
-        lambda a, b, sa, sb, al: fi.mm_fp4(a, b, sa, sb, al, torch.float16,
-                                           backend="cutlass"))
+        add(
+            f"mm_fp4-{backend}",
+            "mm_fp4",
+            mm_inputs,
+            lambda a, b, sa, sb, al, be=backend: fi.mm_fp4(a, b, sa, sb, al, BF16, backend=be),
+        )
+    add(
+        "mm_fp4-cutlass-fp16",
+        "mm_fp4",
+        mm_inputs,
+        lambda a, b, sa, sb, al: fi.mm_fp4(a, b, sa, sb, al, torch.float16, backend="cutlass"),
+    )
     return out
 
 
@@ -142,8 +227,9 @@ def _pad(x: int, y: int) -> int:
     return (x + y - 1) // y * y
 
 
-def trace_all(version: str, patched: bool, dynamic_modes: list[bool | None],
-              only: list[str] | None) -> dict[str, Any]:
+def trace_all(
+    version: str, patched: bool, dynamic_modes: list[bool | None], only: list[str] | None
+) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for name, entry, build, call in cases(version, CAPABILITY):
         if only and name not in only:
@@ -157,8 +243,9 @@ def trace_all(version: str, patched: bool, dynamic_modes: list[bool | None],
                 args = build()
                 try:
                     with simulate.compiling():
-                        compiled = torch.compile(call, fullgraph=True, backend="eager",
-                                                 dynamic=dynamic)
+                        compiled = torch.compile(
+                            call, fullgraph=True, backend="eager", dynamic=dynamic
+                        )
                         got = compiled(*args)
                     rec["ok"] = True
                     rec["meta"] = meta(got)
@@ -173,10 +260,14 @@ def trace_all(version: str, patched: bool, dynamic_modes: list[bool | None],
                         ex = torch._dynamo.explain(call)(*args)
                     rec["graph_breaks"] = ex.graph_break_count
                     rec["graphs"] = ex.graph_count
-                    rec["ops"] = sorted({
-                        str(n.target) for g in ex.graphs for n in g.graph.nodes
-                        if n.op == "call_function" and "flashinfer" in str(n.target)
-                    })
+                    rec["ops"] = sorted(
+                        {
+                            str(n.target)
+                            for g in ex.graphs
+                            for n in g.graph.nodes
+                            if n.op == "call_function" and "flashinfer" in str(n.target)
+                        }
+                    )
                     # What the fake promises: the op called directly under the fake mode.
                     rec["fake_meta"] = meta(_direct_op(entry, call, args))
     return results
@@ -276,14 +367,30 @@ def extra_eager_cases() -> list[Case]:
     import flashinfer as fi
 
     return [
-        ("fp4_quantize-k96-128x4", "fp4_quantize", lambda: (cuda(128, 96), gscale()),
-         lambda x, g: fi.fp4_quantize(x, g)),
-        ("fp4_quantize-k96-linear", "fp4_quantize", lambda: (cuda(128, 96), gscale()),
-         lambda x, g: fi.fp4_quantize(x, g, 16, False, False)),
-        ("fp4_quantize-k160-sf32", "fp4_quantize", lambda: (cuda(8, 160), gscale()),
-         lambda x, g: fi.fp4_quantize(x, g, 32, True, True)),
-        ("fp4_quantize-sf8-invalid", "fp4_quantize", lambda: (cuda(8, 160), gscale()),
-         lambda x, g: fi.fp4_quantize(x, g, 8)),
+        (
+            "fp4_quantize-k96-128x4",
+            "fp4_quantize",
+            lambda: (cuda(128, 96), gscale()),
+            lambda x, g: fi.fp4_quantize(x, g),
+        ),
+        (
+            "fp4_quantize-k96-linear",
+            "fp4_quantize",
+            lambda: (cuda(128, 96), gscale()),
+            lambda x, g: fi.fp4_quantize(x, g, 16, False, False),
+        ),
+        (
+            "fp4_quantize-k160-sf32",
+            "fp4_quantize",
+            lambda: (cuda(8, 160), gscale()),
+            lambda x, g: fi.fp4_quantize(x, g, 32, True, True),
+        ),
+        (
+            "fp4_quantize-sf8-invalid",
+            "fp4_quantize",
+            lambda: (cuda(8, 160), gscale()),
+            lambda x, g: fi.fp4_quantize(x, g, 8),
+        ),
     ]
 
 
@@ -361,9 +468,15 @@ def opcheck_all(version: str, only: list[str] | None) -> dict[str, Any]:
 
 
 OP_NAMES = [
-    "fp4_quantize", "nvfp4_quantize", "mxfp4_quantize", "block_scale_interleave",
-    "nvfp4_batched_quantize", "scaled_fp4_grouped_quantize",
-    "silu_and_mul_scaled_nvfp4_experts_quantize", "mm_fp4", "mm_fp4_out",
+    "fp4_quantize",
+    "nvfp4_quantize",
+    "mxfp4_quantize",
+    "block_scale_interleave",
+    "nvfp4_batched_quantize",
+    "scaled_fp4_grouped_quantize",
+    "silu_and_mul_scaled_nvfp4_experts_quantize",
+    "mm_fp4",
+    "mm_fp4_out",
 ]
 
 
@@ -408,8 +521,9 @@ def _register_cpu_kernel(opname: str) -> None:
             return None
         outs = out if isinstance(out, tuple) else (out,)
         cpu = tuple(
-            torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype,
-                                device="cpu").zero_()
+            torch.empty_strided(
+                tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cpu"
+            ).zero_()
             for t in outs
         )
         return cpu if isinstance(out, tuple) else cpu[0]
@@ -419,8 +533,7 @@ def _register_cpu_kernel(opname: str) -> None:
 
 def _fake_cuda_like(t: Any) -> Any:
     if isinstance(t, torch.Tensor):
-        return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype,
-                                   device="cuda")
+        return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cuda")
     return t
 
 
@@ -485,8 +598,9 @@ def main(request_json: str) -> None:
     res: dict[str, Any] = {"version": flashinfer.__version__}
     try:
         if req["mode"] == "trace":
-            res["cases"] = trace_all(req["version"], req["patched"], req["dynamic"],
-                                     req.get("only"))
+            res["cases"] = trace_all(
+                req["version"], req["patched"], req["dynamic"], req.get("only")
+            )
         if req["mode"] == "eager":
             stub_jit(req["tmp"])
             res["cases"] = eager_all(req["version"], req.get("only"))

@@ -39,7 +39,6 @@ import tempfile
 from typing import Any
 
 import pytest
-
 from conftest import series_versions
 from support.child import run_python, tail
 
@@ -50,9 +49,14 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 # Entry points each version offers (cases for others are skipped with a reason).
 ENTRY_POINTS = {
-    "fp4_quantize", "nvfp4_quantize", "mxfp4_quantize", "block_scale_interleave",
-    "nvfp4_batched_quantize", "scaled_fp4_grouped_quantize",
-    "silu_and_mul_scaled_nvfp4_experts_quantize", "mm_fp4",
+    "fp4_quantize",
+    "nvfp4_quantize",
+    "mxfp4_quantize",
+    "block_scale_interleave",
+    "nvfp4_batched_quantize",
+    "scaled_fp4_grouped_quantize",
+    "silu_and_mul_scaled_nvfp4_experts_quantize",
+    "mm_fp4",
 }
 # Eager cases that cannot run on this machine, with the reason.
 EAGER_UNRUNNABLE = {
@@ -68,15 +72,16 @@ OPCHECK_UNRUNNABLE = {
 
 
 def _run(tree: pathlib.Path, request: dict[str, Any]) -> dict[str, Any]:
-    code = (
-        "import sys; sys.path.insert(0, %r)\n"
-        "import fi_child\n"
-        "fi_child.main(%r)\n" % (str(HERE), json.dumps(request))
+    code = "import sys; sys.path.insert(0, %r)\nimport fi_child\nfi_child.main(%r)\n" % (
+        str(HERE),
+        json.dumps(request),
     )
-    result = run_python(code, path=[tree], env={"FLASHINFER_LOGLEVEL": request.get("loglevel", "0")})
+    result = run_python(
+        code, path=[tree], env={"FLASHINFER_LOGLEVEL": request.get("loglevel", "0")}
+    )
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT:")]
     assert result.returncode == 0 and lines, tail(result)
-    data = json.loads(lines[-1][len("RESULT:"):])
+    data = json.loads(lines[-1][len("RESULT:") :])
     assert "crash" not in data, data["crash"]
     return data
 
@@ -90,9 +95,15 @@ def child(wheel_tree):
         key = (version, gpu, patched, mode, json.dumps(extra, sort_keys=True))
         if key not in _cache:
             tree = wheel_tree(PROJECT, version, patched=patched)
-            req = {"gpu": gpu, "mode": mode, "version": version, "patched": patched,
-                   "dynamic": [False, True], "tmp": tempfile.mkdtemp(prefix="fi-jit-"),
-                   **extra}
+            req = {
+                "gpu": gpu,
+                "mode": mode,
+                "version": version,
+                "patched": patched,
+                "dynamic": [False, True],
+                "tmp": tempfile.mkdtemp(prefix="fi-jit-"),
+                **extra,
+            }
             _cache[key] = _run(tree, req)
         return _cache[key]
 
@@ -110,7 +121,10 @@ def test_patched_traces_fullgraph_without_breaks(child, version: str, gpu: str) 
         assert rec["graph_breaks"] == 0, key
         assert rec["graphs"] == 1, key
         entry = rec["entry"]
-        assert rec["ops"] and all(op.startswith(f"flashinfer.{entry}") for op in rec["ops"]), (key, rec["ops"])
+        assert rec["ops"] and all(op.startswith(f"flashinfer.{entry}") for op in rec["ops"]), (
+            key,
+            rec["ops"],
+        )
         assert rec["meta"] == rec["fake_meta"], (key, rec["meta"], rec["fake_meta"])
     entries = {rec["entry"] for rec in cases.values()}
     assert entries == ENTRY_POINTS
@@ -136,8 +150,15 @@ def test_pristine_fails_the_same_trace(child, version: str, gpu: str) -> None:
 def test_trace_with_api_logging(child, version: str) -> None:
     """FLASHINFER_LOGLEVEL >= 1 wraps every API in a logger (datetime.now())."""
     for level in ("1", "3"):
-        cases = child(version, "sm120", True, "trace", loglevel=level, dynamic=[False],
-                      only=["fp4_quantize-128x4-sf16", "mm_fp4-cutlass"])["cases"]
+        cases = child(
+            version,
+            "sm120",
+            True,
+            "trace",
+            loglevel=level,
+            dynamic=[False],
+            only=["fp4_quantize-128x4-sf16", "mm_fp4-cutlass"],
+        )["cases"]
         assert cases and all(v.get("ok") and v["graph_breaks"] == 0 for v in cases.values()), cases
 
 
