@@ -72,9 +72,10 @@ OPCHECK_UNRUNNABLE = {
 
 
 def _run(tree: pathlib.Path, request: dict[str, Any]) -> dict[str, Any]:
-    code = "import sys; sys.path.insert(0, %r)\nimport fi_child\nfi_child.main(%r)\n" % (
-        str(HERE),
-        json.dumps(request),
+    code = (
+        f"import sys; sys.path.insert(0, {str(HERE)!r})\n"
+        "import fi_child\n"
+        f"fi_child.main({json.dumps(request)!r})\n"
     )
     result = run_python(
         code, path=[tree], env={"FLASHINFER_LOGLEVEL": request.get("loglevel", "0")}
