@@ -17,7 +17,11 @@ from .errors import Fp4graphError
 
 # Commands implemented in their own modules: name -> (module, help).
 # Each module provides add_arguments(parser) and run(args) -> int.
-MODULE_COMMANDS: dict[str, tuple[str, str]] = {}
+MODULE_COMMANDS: dict[str, tuple[str, str]] = {
+    "upstream": (".upstream", "PR-ready branches, format-patch output and PR bodies from a series"),
+    "drift": (".drift", "classify every patch against every upstream release"),
+    "rebase": (".carry", "carry a series from one upstream version to another"),
+}
 
 
 def _repo_root() -> pathlib.Path:
