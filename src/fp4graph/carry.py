@@ -85,10 +85,13 @@ def am_series(repo: SourceRepo, series: Series, *, branch_prefix: str | None = N
         if result.returncode != 0:
             unmerged = git(repo.path, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
             git(repo.path, "am", "--abort", check=False)
-            where = ", ".join(unmerged) or _first_error(result.stderr + result.stdout)
+            where = (
+                f"conflicts in {', '.join(unmerged)}" if unmerged
+                else _first_error(result.stderr + result.stdout).removeprefix("error: ")
+            )
             raise PatchError(
                 f"{patch.path}: does not apply to {repo.project} {repo.version} ({repo.origin}) "
-                f"with `git am -3`: conflicts in {where}. Carry the series with "
+                f"with `git am -3`: {where}. Carry the series with "
                 f"`python -m fp4graph rebase {repo.project} {series.version} {repo.version}` "
                 "or fix the patch by hand."
             )
