@@ -1,0 +1,141 @@
+"""What an integration run installs: the stack's exact pins, the venv and the pip commands."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import shlex
+from collections.abc import Sequence
+
+from .. import stacks
+from ..errors import ConfigError
+
+PYPI_SIMPLE = "https://pypi.org/simple/"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Pin:
+    """One requirement ``project==version`` (version carries ``+fp4graph.N`` when patched)."""
+
+    project: str
+    version: str
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.project}=={self.version}"
+
+    @property
+    def patched(self) -> bool:
+        return "+fp4graph." in self.version
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class StackPins:
+    stack: str
+    pins: tuple[Pin, ...]
+    source: str  # where the versions were read: the manifest or stacks.toml
+
+    def version_of(self, project: str) -> str:
+        for pin in self.pins:
+            if pin.project == project:
+                return pin.version
+        raise ConfigError(f"stack {self.stack!r} has no {project} pin (read from {self.source})")
+
+    @property
+    def sglang_version(self) -> str:
+        """The upstream sglang version (without the local label)."""
+        return self.version_of("sglang").split("+", 1)[0]
+
+
+def _parse_pin(text: str, where: str) -> Pin:
+    project, sep, version = text.partition("==")
+    if not sep or not project or not version:
+        raise ConfigError(f"{where}: pin {text!r} is not 'project==version'")
+    return Pin(project=project.strip(), version=version.strip())
+
+
+def stack_pins(repo: pathlib.Path, stack: str, wheels_dir: pathlib.Path | None = None) -> StackPins:
+    """The pins of ``stack``: from ``wheels_dir/manifest.json`` when it lists the stack (what
+    was built), else from patches/stacks.toml (patched version when a series exists)."""
+    manifest_path = (wheels_dir or repo / "wheels") / "manifest.json"
+    if manifest_path.is_file():
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{manifest_path}: not JSON ({exc}); rebuild with nox -s wheels") from None
+        for entry in manifest.get("stacks", []):
+            if entry.get("name") == stack:
+                pins = tuple(_parse_pin(p, str(manifest_path)) for p in entry.get("pins", []))
+                if not pins:
+                    raise ConfigError(f"{manifest_path}: stack {stack!r} lists no pins")
+                return StackPins(stack=stack, pins=pins, source=str(manifest_path))
+    catalog = stacks.load(repo / "patches" / "stacks.toml")
+    chosen = catalog.stack(stack)
+    pins = []
+    for artifact in catalog.stack_artifacts(chosen):
+        has_series = (repo / "patches" / artifact.project / artifact.version / "series").is_file()
+        version = artifact.patched_version if has_series else artifact.version
+        pins.append(Pin(project=artifact.project, version=version))
+    return StackPins(stack=stack, pins=tuple(pins), source=str(repo / "patches" / "stacks.toml"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class InstallPlan:
+    """The venv sglang runs in, and the commands that make it."""
+
+    work_dir: pathlib.Path
+    venv: pathlib.Path
+    base_python: str
+    pins: StackPins
+    find_links: pathlib.Path | None
+    index_url: str | None
+
+    @property
+    def python(self) -> pathlib.Path:
+        return self.venv / "bin" / "python"
+
+    def commands(self) -> list[list[str]]:
+        """Create the venv; install the pins with sglang's full dependencies.
+
+        Patched wheels come from ``find_links`` (a wheels/ directory) or ``index_url`` (our
+        index, added as an extra index so dependencies still resolve from PyPI); the exact
+        ``==X+fp4graph.N`` pins mean no public upload can stand in for them.
+        """
+        install = [str(self.python), "-m", "pip", "install", "--upgrade-strategy", "only-if-needed"]
+        if self.find_links is not None:
+            install += ["--find-links", str(self.find_links)]
+        if self.index_url:
+            install += ["--extra-index-url", self.index_url]
+        install += [pin.requirement for pin in self.pins.pins]
+        return [
+            [self.base_python, "-m", "venv", str(self.venv)],
+            [str(self.python), "-m", "pip", "install", "--upgrade", "pip"],
+            install,
+        ]
+
+
+def make_plan(
+    *,
+    repo: pathlib.Path,
+    stack: str,
+    work_dir: pathlib.Path,
+    base_python: str,
+    wheels_dir: pathlib.Path | None,
+    index_url: str | None,
+) -> InstallPlan:
+    wheels = wheels_dir or repo / "wheels"
+    pins = stack_pins(repo, stack, wheels)
+    find_links = wheels if wheels.is_dir() or not index_url else None
+    return InstallPlan(
+        work_dir=work_dir,
+        venv=work_dir / "venv",
+        base_python=base_python,
+        pins=pins,
+        find_links=find_links,
+        index_url=index_url,
+    )
+
+
+def render(command: Sequence[str]) -> str:
+    return shlex.join(command)
