@@ -131,7 +131,9 @@ def upstream(session: nox.Session) -> None:
     """PR-ready branches, format-patch output and PR bodies from a series (dry run)."""
     if not session.posargs:
         session.error("Usage: nox -s upstream -- <project> [--version V] [--repo PATH]")
-    session.install("-e", ".")
+    # torch: the tests the patches add run here; pyyaml reads the tree's pre-commit config.
+    session.install(TORCH)
+    session.install("-e", ".", "pyyaml")
     session.run("python", "-m", "fp4graph", "upstream", *session.posargs)
 
 

@@ -32,7 +32,8 @@ def _repo_root() -> pathlib.Path:
     raise Fp4graphError(f"{here}: not inside an fp4graph checkout (no patches/stacks.toml)")
 
 
-def _settings(args: argparse.Namespace) -> config.Settings:
+def settings_from_args(args: argparse.Namespace) -> config.Settings:
+    """Settings from the environment, with --index-url / --find-links applied."""
     settings = config.Settings.from_env(_repo_root())
     if getattr(args, "index_url", None):
         settings = dataclasses.replace(settings, index_url=args.index_url)
@@ -42,14 +43,14 @@ def _settings(args: argparse.Namespace) -> config.Settings:
 
 
 def _cmd_wheels(args: argparse.Namespace) -> int:
-    manifest = build.build(_settings(args), args.stack or None)
+    manifest = build.build(settings_from_args(args), args.stack or None)
     for stack in manifest["stacks"]:  # type: ignore[attr-defined]
         print(f"{stack['name']}: " + " ".join(stack["pins"]))
     return 0
 
 
 def _cmd_lint(args: argparse.Namespace) -> int:
-    problems = lint.lint(_settings(args).patches_dir)
+    problems = lint.lint(settings_from_args(args).patches_dir)
     for problem in problems:
         print(problem)
     print(f"lint: {len(problems)} problem(s)")
@@ -57,7 +58,7 @@ def _cmd_lint(args: argparse.Namespace) -> int:
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
-    uploaded = publish.publish(_settings(args).wheels_dir, args.repository_url, args.simple_url)
+    uploaded = publish.publish(settings_from_args(args).wheels_dir, args.repository_url, args.simple_url)
     for name in uploaded:
         print(f"Uploaded {name}")
     return 0
@@ -65,7 +66,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 def _cmd_pins(args: argparse.Namespace) -> int:
     """Print the requirements that install a built stack (from wheels/manifest.json)."""
-    settings = _settings(args)
+    settings = settings_from_args(args)
     manifest_path = settings.wheels_dir / "manifest.json"
     if not manifest_path.exists():
         raise Fp4graphError(f"{manifest_path}: no such file; run `nox -s wheels` first")
@@ -87,7 +88,7 @@ def _cmd_pins(args: argparse.Namespace) -> int:
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    settings = settings_from_args(args)
     artifact = stacks_module.load(settings.stacks_file).artifact(args.project, args.version)
     pinned = artifact.sdist if args.sdist else artifact.file(args.file)
     if pinned is None:
@@ -98,7 +99,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 def _cmd_tree(args: argparse.Namespace) -> int:
     path = trees.materialize(
-        _settings(args), args.project, args.version, patched=not args.pristine, filename=args.file
+        settings_from_args(args), args.project, args.version, patched=not args.pristine, filename=args.file
     )
     print(path)
     return 0

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from .errors import ConfigError
 
 SERIES_FILE = "series"
-PATCH_NAME = re.compile(r"\d{4}-[a-z0-9][a-z0-9.-]*\.patch")
+# NNNN-topic.patch, as `git format-patch` names them (its names keep case and "_").
+PATCH_NAME = re.compile(r"\d{4}-[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
 REQUIRED_FIELDS = ("Description", "Origin", "Bug", "Forwarded", "Applied-Upstream", "Last-Update")
 DEP3_FIELD = re.compile(r"^(?P<name>[A-Z][A-Za-z-]*): ?(?P<value>.*)$")
 _DIFF_HEADER = re.compile(r"^diff --git a/(?P<old>\S+) b/(?P<new>\S+)$", re.M)
@@ -79,7 +80,9 @@ class Patch:
         for line in body.splitlines():
             match = DEP3_FIELD.match(line)
             if match:
-                fields[match["name"]] = match["value"].strip()
+                # A field may repeat (several Bug: lines): keep every value, in order.
+                name, value = match["name"], match["value"].strip()
+                fields[name] = f"{fields[name]}\n{value}" if name in fields else value
         return cls(
             path=path,
             author=str(message["From"] or ""),

@@ -84,7 +84,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     """The CLI's settings (checkout found from the working directory, env, --index-url)."""
     from . import __main__ as cli
 
-    return cli._settings(args)
+    return cli.settings_from_args(args)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
