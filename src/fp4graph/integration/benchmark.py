@@ -97,6 +97,10 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _get(metrics: BenchMetrics | None, field: str) -> float | None:
+    return None if metrics is None else float(getattr(metrics, field))
+
+
 def markdown(rows: Sequence[Row], context: Mapping[str, Any]) -> str:
     lines = [f"# Piecewise CUDA graphs on vs off: {context.get('stack', '')}", ""]
     for key, value in context.items():
@@ -114,16 +118,16 @@ def markdown(rows: Sequence[Row], context: Mapping[str, Any]) -> str:
             + " | ".join(
                 [
                     str(r.concurrency),
-                    _fmt(on and on.output_throughput),
-                    _fmt(off and off.output_throughput),
+                    _fmt(_get(on, "output_throughput")),
+                    _fmt(_get(off, "output_throughput")),
                     _fmt(r.ratio("output_throughput"), 3),
-                    _fmt(on and on.total_throughput),
-                    _fmt(off and off.total_throughput),
+                    _fmt(_get(on, "total_throughput")),
+                    _fmt(_get(off, "total_throughput")),
                     _fmt(r.ratio("total_throughput"), 3),
-                    _fmt(on and on.mean_ttft_ms),
-                    _fmt(off and off.mean_ttft_ms),
-                    _fmt(on and on.mean_itl_ms),
-                    _fmt(off and off.mean_itl_ms),
+                    _fmt(_get(on, "mean_ttft_ms")),
+                    _fmt(_get(off, "mean_ttft_ms")),
+                    _fmt(_get(on, "mean_itl_ms")),
+                    _fmt(_get(off, "mean_itl_ms")),
                     _fmt(r.ratio("mean_itl_ms"), 3),
                 ]
             )

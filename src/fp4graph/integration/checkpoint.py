@@ -204,7 +204,13 @@ def state_dict(spec: TinyLlama) -> dict[str, Any]:
 
 def write_tokenizer(out: pathlib.Path, spec: TinyLlama) -> None:
     """A byte-level BPE without merges: 256 byte tokens + BOS/EOS; no download."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import (  # type: ignore[import-untyped]
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+    )
 
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}

@@ -66,10 +66,10 @@ def stack_pins(repo: pathlib.Path, stack: str, wheels_dir: pathlib.Path | None =
             raise ConfigError(f"{manifest_path}: not JSON ({exc}); rebuild with nox -s wheels") from None
         for entry in manifest.get("stacks", []):
             if entry.get("name") == stack:
-                pins = tuple(_parse_pin(p, str(manifest_path)) for p in entry.get("pins", []))
-                if not pins:
+                listed = tuple(_parse_pin(p, str(manifest_path)) for p in entry.get("pins", []))
+                if not listed:
                     raise ConfigError(f"{manifest_path}: stack {stack!r} lists no pins")
-                return StackPins(stack=stack, pins=pins, source=str(manifest_path))
+                return StackPins(stack=stack, pins=listed, source=str(manifest_path))
     catalog = stacks.load(repo / "patches" / "stacks.toml")
     chosen = catalog.stack(stack)
     pins = []

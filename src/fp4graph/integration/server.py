@@ -106,7 +106,7 @@ def generate(base_url: str, prompts: Sequence[str], max_new_tokens: int = 32) ->
     if len(items) != len(prompts):
         raise ServerError(f"/generate returned {len(items)} results for {len(prompts)} prompts")
     out = []
-    for prompt, item in zip(prompts, items):
+    for prompt, item in zip(prompts, items, strict=True):
         if not isinstance(item, dict) or "text" not in item:
             raise ServerError(f"/generate returned {item!r} for {prompt!r}: no 'text'")
         ids = item.get("output_ids")
@@ -132,7 +132,7 @@ def compare(on: Sequence[Completion], off: Sequence[Completion]) -> list[Mismatc
             if a.output_ids == b.output_ids:
                 continue
             first = next(
-                (i for i, (x, y) in enumerate(zip(a.output_ids, b.output_ids)) if x != y),
+                (i for i, (x, y) in enumerate(zip(a.output_ids, b.output_ids, strict=False)) if x != y),
                 min(len(a.output_ids), len(b.output_ids)),
             )
             mismatches.append(Mismatch(prompt=a.prompt, on=a.text, off=b.text, first_divergent_token=first))
