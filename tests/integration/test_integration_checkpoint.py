@@ -13,7 +13,7 @@ import pathlib
 
 import pytest
 import torch
-from sglang_cpu import PRELUDE, STUBS
+from sglang_cpu import PRELUDE, SGSIM_DIR
 from support.child import run_python, tail
 
 from fp4graph.integration import checkpoint
@@ -153,5 +153,5 @@ def test_sglang_loads_it(wheel_tree, tmp_path: pathlib.Path, version: str) -> No
     ckpt = checkpoint.write_checkpoint(tmp_path / "ckpt", checkpoint.TinyLlama(num_layers=2, hidden_size=512,
                                        intermediate_size=1024, num_heads=4, num_kv_heads=2))
     tree = wheel_tree("sglang", version, patched=False)
-    result = run_python(f"CKPT = {str(ckpt)!r}\n" + CHILD, path=[STUBS, tree])
+    result = run_python(f"CKPT = {str(ckpt)!r}\n" + CHILD, path=[SGSIM_DIR, tree])
     assert result.returncode == 0 and "LOADED" in result.stdout, tail(result)
