@@ -1,0 +1,718 @@
+"""Child-interpreter side of the fused-MoE fp4 op tests (test_fused_moe_ops.py).
+
+Like fi_child.py (whose helpers this reuses): the parent puts a pristine or patched
+flashinfer tree first on sys.path and calls :func:`main` with a JSON request; the
+result comes back as one ``RESULT:`` JSON line.
+
+Entry points: ``cutlass_fused_moe`` (SM100 and SM120) and
+``trtllm_fp4_block_scale_moe`` / ``trtllm_fp4_block_scale_routed_moe`` (SM100 only;
+on SM120 their C++ launcher refuses to run).  Output metadata is rendered by
+:func:`meta`; a size the op only knows at run time (an unbacked SymInt, e.g. the
+padded row count of the trtllm ``gemm2_output``) is rendered as ``"?"``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import fi_child
+import torch
+from fi_child import _compiling_flag, _cpu_like, _fake_cuda_like, cuda
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+from fp4graph import simulate
+
+BF16 = torch.bfloat16
+U8 = torch.uint8
+I32 = torch.int32
+F32 = torch.float32
+F8 = torch.float8_e4m3fn
+
+OP_NAMES = [
+    "cutlass_fused_moe",
+    "cutlass_fused_moe_out",
+    "trtllm_fp4_block_scale_moe",
+    "trtllm_fp4_block_scale_moe_out",
+    "trtllm_fp4_block_scale_routed_moe",
+    "trtllm_fp4_block_scale_routed_moe_out",
+]
+
+
+def fake_mode() -> FakeTensorMode:
+    # A ShapeEnv lets fakes return sizes known only at run time (unbacked SymInts).
+    return FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
+
+
+def _dim(x: Any) -> Any:
+    if isinstance(x, torch.SymInt):
+        try:
+            return int(x)
+        except Exception:  # unbacked
+            return "?"
+    return int(x)
+
+
+def meta(t: Any) -> Any:
+    if isinstance(t, torch.Tensor):
+        return [[_dim(s) for s in t.shape], str(t.dtype), [_dim(s) for s in t.stride()]]
+    if isinstance(t, (tuple, list)):
+        return [type(t).__name__, [meta(x) for x in t]]
+    return repr(t)
+
+
+def meta_matches(real: Any, fake: Any) -> bool:
+    """``fake`` equals ``real`` where a "?" (run-time size) matches any size."""
+    if fake == "?":
+        return isinstance(real, int)
+    if isinstance(real, list) and isinstance(fake, list):
+        return len(real) == len(fake) and all(map(meta_matches, real, fake))
+    return real == fake
+
+
+Case = tuple[str, str, Callable[[], tuple], Callable[..., Any]]
+
+
+def cases(version: str, capability: tuple[int, int]) -> list[Case]:
+    """(name, entry point, input builder, call) for every fused-MoE fp4 layout.
+
+    Cases whose name ends in ``!`` are error cases: eager and the fake must raise
+    the same error; they are not traced.
+    """
+    from flashinfer.fused_moe import (
+        ActivationType,
+        RoutingMethodType,
+        cutlass_fused_moe,
+        trtllm_fp4_block_scale_moe,
+        trtllm_fp4_block_scale_routed_moe,
+    )
+
+    out: list[Case] = []
+
+    def add(name: str, entry: str, build: Callable[[], tuple], call: Callable[..., Any]) -> None:
+        out.append((name, entry, build, call))
+
+    # --- cutlass_fused_moe (SM100 / SM120) ---
+    T, H, inter, E, K = 24, 256, 128, 8, 2
+
+    def nvfp4_scales(gated: bool = True) -> list[torch.Tensor]:
+        n1 = (2 if gated else 1) * inter
+        return [
+            cuda(1, dtype=F32),  # fc1 activation global scale
+            cuda(E, n1, H // 16 // 4, dtype=I32),  # fc1 weight block scales
+            cuda(E, dtype=F32),  # fc1 dequant
+            cuda(1, dtype=F32),  # fc2 activation global scale
+            cuda(E, H, inter // 16 // 4, dtype=I32),  # fc2 weight block scales
+            cuda(E, dtype=F32),  # fc2 dequant
+        ]
+
+    def nvfp4_inputs(gated: bool = True, quantized_input: bool = True) -> tuple:
+        n1 = (2 if gated else 1) * inter
+        x = cuda(T, H // 2, dtype=U8) if quantized_input else cuda(T, H)
+        x_sf = cuda(T * H // 16, dtype=U8) if quantized_input else None
+        return (
+            x,
+            cuda(T, K, dtype=I32),
+            cuda(T, K, dtype=F32),
+            cuda(E, n1, H // 2, dtype=U8).view(torch.long),
+            cuda(E, H, inter // 2, dtype=U8).view(torch.long),
+            nvfp4_scales(gated),
+            x_sf,
+        )
+
+    cfm = cutlass_fused_moe
+    add(
+        "cutlass-nvfp4",
+        "cutlass_fused_moe",
+        nvfp4_inputs,
+        lambda x, ids, sc, w1, w2, qs, xsf: cfm(x, ids, sc, w1, w2, BF16, qs, input_sf=xsf),
+    )
+    add(
+        "cutlass-nvfp4-out",
+        "cutlass_fused_moe",
+        lambda: (*nvfp4_inputs(), cuda(T, H)),
+        # SGLang's call (modelopt_quant.py): keywords, output=, enum activation, tune size.
+        lambda x, ids, sc, w1, w2, qs, xsf, o: cfm(
+            output=o,
+            input=x,
+            token_selected_experts=ids,
+            token_final_scales=sc,
+            fc1_expert_weights=w1,
+            fc2_expert_weights=w2,
+            output_dtype=BF16,
+            input_sf=xsf,
+            quant_scales=qs,
+            ep_size=1,
+            ep_rank=0,
+            tp_size=1,
+            tp_rank=0,
+            tune_max_num_tokens=x.shape[0],
+            activation_type=ActivationType.Swiglu,
+            enable_alltoall=False,
+        ),
+    )
+    add(
+        "cutlass-nvfp4-bf16-input-fp16-out",
+        "cutlass_fused_moe",
+        lambda: nvfp4_inputs(quantized_input=False),
+        lambda x, ids, sc, w1, w2, qs, xsf: cfm(
+            x, ids, sc, w1, w2, torch.float16, qs, enable_pdl=True
+        ),
+    )
+    add(
+        "cutlass-nvfp4-relu2-ep",
+        "cutlass_fused_moe",
+        lambda: nvfp4_inputs(gated=False),
+        lambda x, ids, sc, w1, w2, qs, xsf: cfm(
+            x,
+            ids,
+            sc,
+            w1,
+            w2,
+            BF16,
+            qs,
+            input_sf=xsf,
+            ep_size=2,
+            ep_rank=1,
+            tp_size=2,
+            tp_rank=1,
+            activation_type=ActivationType.Relu2,
+        ),
+    )
+    add(
+        "cutlass-bf16-no-quant-scales",
+        "cutlass_fused_moe",
+        lambda: (
+            cuda(T, H),
+            cuda(T, K, dtype=I32),
+            cuda(T, K, dtype=F32),
+            cuda(E, 2 * inter, H),
+            cuda(E, H, inter),
+            cuda(E, 2 * inter, dtype=BF16),
+        ),
+        lambda x, ids, sc, w1, w2, b1: cfm(
+            x, ids, sc, w1, w2, BF16, None, fc1_expert_biases=b1, activation_type=3
+        ),
+    )
+    add(
+        "cutlass-min-latency!",
+        "cutlass_fused_moe",
+        nvfp4_inputs,
+        lambda x, ids, sc, w1, w2, qs, xsf: cfm(
+            x, ids, sc, w1, w2, BF16, qs, input_sf=xsf, min_latency_mode=True
+        ),
+    )
+    add(
+        "cutlass-out-wrong-shape!",
+        "cutlass_fused_moe",
+        lambda: (*nvfp4_inputs(), cuda(T, H // 2)),
+        lambda x, ids, sc, w1, w2, qs, xsf, o: cfm(
+            x, ids, sc, w1, w2, BF16, qs, input_sf=xsf, output=o
+        ),
+    )
+    add(
+        "cutlass-deepseek-fp8-block-scale!",
+        "cutlass_fused_moe",
+        nvfp4_inputs,
+        lambda x, ids, sc, w1, w2, qs, xsf: cfm(
+            x, ids, sc, w1, w2, BF16, qs, input_sf=xsf, use_deepseek_fp8_block_scale=True
+        ),
+    )
+
+    if capability[0] != 10:
+        return out
+
+    # --- trtllm_fp4_block_scale_(routed_)moe (SM100 only) ---
+    tT, tH, tI, tE, tK = 40, 512, 256, 16, 4
+
+    def trt_inputs(
+        act: str = "nvfp4",
+        routed: bool = False,
+        logits_dtype: torch.dtype = F32,
+        out: tuple[int, int, torch.dtype] | None = None,
+        ids_dtype: torch.dtype = I32,
+    ) -> tuple:
+        sf = 16 if act == "nvfp4" else 32
+        if act == "nvfp4":
+            hs, hs_sf = cuda(tT, tH // 2, dtype=U8), cuda(tT * tH // 16, dtype=F8)
+        elif act == "mxfp8":
+            hs, hs_sf = cuda(tT, tH, dtype=F8), cuda(tT * tH // 32, dtype=F8)
+        else:  # bf16 activations, mxfp4 weights
+            hs, hs_sf = cuda(tT, tH), None
+        # Routed: packed (score << 16 | expert id) top-k ids instead of logits.
+        routing = cuda(tT, tK, dtype=ids_dtype) if routed else cuda(tT, tE, dtype=logits_dtype)
+        args = (
+            routing,
+            cuda(tE, dtype=BF16),
+            hs,
+            hs_sf,
+            cuda(tE, 2 * tI, tH // 2, dtype=U8),
+            cuda(tE, 2 * tI, tH // sf, dtype=F8),
+            cuda(tE, tH, tI // 2, dtype=U8),
+            cuda(tE, tH, tI // sf, dtype=F8),
+            cuda(tE, dtype=F32),
+            cuda(tE, dtype=F32),
+            cuda(tE, dtype=F32),
+        )
+        if out is not None:
+            rows, cols, dt = out
+            args = (*args, cuda(rows, cols, dtype=dt))
+        return args
+
+    def trt_call(routed: bool, **kw: Any) -> Callable[..., Any]:
+        fn = trtllm_fp4_block_scale_routed_moe if routed else trtllm_fp4_block_scale_moe
+
+        def call(routing, rb, hs, hss, w1, w1s, w2, w2s, o1, o1g, o2, *out):  # type: ignore[no-untyped-def]
+            kwargs = dict(kw)
+            if out:
+                kwargs["output"] = out[0]
+            if kwargs.pop("no_routing_bias", False):
+                rb = None
+            return fn(
+                routing,
+                rb,
+                hs,
+                hss,
+                w1,
+                w1s,
+                None,
+                None,
+                None,
+                None,
+                w2,
+                w2s,
+                None,
+                o1,
+                o1g,
+                o2,
+                tE,
+                tK,
+                kwargs.pop("n_group", None),
+                kwargs.pop("topk_group", None),
+                tI,
+                0,
+                tE,
+                kwargs.pop("routed_scaling_factor", None),
+                **kwargs,
+            )
+
+        return call
+
+    R = RoutingMethodType
+    full = (tT, tH, BF16)
+    for entry, rt in (
+        ("trtllm_fp4_block_scale_moe", False),
+        ("trtllm_fp4_block_scale_routed_moe", True),
+    ):
+        pre = "trtllm-routed" if rt else "trtllm"
+        add(
+            f"{pre}-nvfp4-renormalize",
+            entry,
+            lambda rt=rt: trt_inputs(routed=rt),
+            trt_call(rt, routing_method_type=R.Renormalize, no_routing_bias=True),
+        )
+        add(
+            f"{pre}-nvfp4-deepseek-out",
+            entry,
+            lambda rt=rt: trt_inputs(routed=rt, out=full),
+            trt_call(
+                rt,
+                routing_method_type=R.DeepSeekV3,
+                n_group=4,
+                topk_group=2,
+                routed_scaling_factor=2.5,
+                do_finalize=True,
+                tune_max_num_tokens=64,
+            ),
+        )
+        add(
+            f"{pre}-nvfp4-no-finalize",
+            entry,
+            lambda rt=rt: trt_inputs(routed=rt, logits_dtype=BF16),
+            trt_call(rt, routing_method_type=1, no_routing_bias=True, do_finalize=False),
+        )
+        add(
+            f"{pre}-nvfp4-no-finalize-out",
+            entry,
+            lambda rt=rt: trt_inputs(routed=rt, out=full),
+            trt_call(
+                rt, routing_method_type=R.Renormalize, no_routing_bias=True, do_finalize=False
+            ),
+        )
+        add(
+            f"{pre}-bf16-mxfp4-pdl",
+            entry,
+            lambda rt=rt: trt_inputs("bf16", routed=rt),
+            trt_call(
+                rt,
+                routing_method_type=R.Renormalize,
+                no_routing_bias=True,
+                enable_pdl=True,
+                activation_type=ActivationType.Swiglu,
+            ),
+        )
+        add(
+            f"{pre}-mxfp8-mxfp4",
+            entry,
+            lambda rt=rt: trt_inputs("mxfp8", routed=rt),
+            trt_call(
+                rt, routing_method_type=R.Renormalize, no_routing_bias=True, routed_scaling_factor=1
+            ),
+        )
+    add(
+        "trtllm-out-narrow",
+        "trtllm_fp4_block_scale_moe",
+        lambda: trt_inputs(out=(tT, tH // 2, BF16)),
+        trt_call(False, routing_method_type=R.Renormalize, no_routing_bias=True),
+    )
+    add(
+        "trtllm-out-wrong-rows!",
+        "trtllm_fp4_block_scale_moe",
+        lambda: trt_inputs(out=(tT + 1, tH, BF16)),
+        trt_call(False, routing_method_type=R.Renormalize, no_routing_bias=True),
+    )
+    add(
+        "trtllm-out-wrong-dtype!",
+        "trtllm_fp4_block_scale_moe",
+        lambda: trt_inputs(out=(tT, tH, F32)),
+        trt_call(False, routing_method_type=R.Renormalize, no_routing_bias=True),
+    )
+    add(
+        "trtllm-routed-int64-ids!",
+        "trtllm_fp4_block_scale_routed_moe",
+        lambda: trt_inputs(routed=True, ids_dtype=torch.long),
+        trt_call(True, routing_method_type=R.Renormalize, no_routing_bias=True),
+    )
+    return out
+
+
+# --- the C++ kernels, as far as output allocation goes ------------------------------
+
+
+def _next_pow2(x: float) -> int:
+    n = 1
+    while n < x:
+        n <<= 1
+    return n
+
+
+def trtllm_fp4_kernel_outputs(args: tuple) -> Any:
+    """What the C++ ``trtllm_fp4_block_scale_moe`` (csrc/trtllm_fused_moe_kernel_launcher.cu)
+    returns, transcribed for the default config (tactic -1, the smallest selected tile):
+    nothing when finalizing (it fills ``output``), else ``(gemm2_output,
+    expanded_idx_to_permuted_idx)``."""
+    hidden_states = args[4]
+    num_experts, top_k = args[18], args[19]
+    local_num_experts, do_finalize = args[24], args[27]
+    if do_finalize:
+        return None
+    num_tokens, hidden_size = hidden_states.shape[0], hidden_states.shape[1]
+    if hidden_states.dtype == U8:
+        hidden_size *= 2
+    bf16_act = hidden_states.dtype == BF16
+    tiles = [8, 16, 32, 64] + ([] if bf16_act else [128, 256])
+    avg = num_tokens * top_k / local_num_experts
+    tile = min(max(_next_pow2(avg), tiles[0]), tiles[-1])
+    i = tiles.index(tile)
+    selected = {tile, *tiles[i + 1 : i + 3], *tiles[max(i - 1, 0) : i]}
+    tile = min(selected)
+    remaining = num_tokens * top_k
+    ctas = min(num_experts, remaining)
+    remaining -= ctas
+    if remaining > 0:
+        ctas += remaining // tile
+    padded = ctas * tile
+    min_tokens = -(-(128 * 1024 * 8) // (hidden_size * 16))
+    rows = max(padded, min_tokens)
+    dev = hidden_states.device
+    return (
+        torch.empty(rows, hidden_size, dtype=BF16, device=dev),
+        torch.empty(num_tokens * top_k, dtype=I32, device=dev),
+    )
+
+
+class _KernelModule(fi_child._StubModule):
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name == "trtllm_fp4_block_scale_moe":
+            return lambda *args: trtllm_fp4_kernel_outputs(args)
+        if name == "init":  # the cutlass fused-MoE runner (its run_moe fills `output`)
+            return lambda *args: fi_child._StubModule()
+        return super().__getattr__(name)
+
+
+def stub_kernels(tmp: str) -> list[str]:
+    """fi_child.stub_jit, plus the trtllm fp4 kernel's returned tensors; torch.from_dlpack
+    passes torch tensors through (the real kernel returns TVM FFI tensors)."""
+    built = fi_child.stub_jit(tmp)
+    from flashinfer.jit import core
+
+    core.JitSpec.load = lambda self, so_path: _KernelModule()
+    from_dlpack = torch.from_dlpack
+
+    def from_dlpack_(x: Any, *a: Any, **k: Any) -> Any:
+        return x if isinstance(x, torch.Tensor) else from_dlpack(x, *a, **k)
+
+    torch.from_dlpack = from_dlpack_  # type: ignore[assignment]
+    return built
+
+
+# --- the checks ----------------------------------------------------------------------
+
+
+def _error(e: BaseException) -> str:
+    return f"{type(e).__module__}.{type(e).__name__}: " + (str(e).splitlines() or [""])[0][:300]
+
+
+def returned_inputs(got: Any, args: tuple) -> list[int]:
+    """Positions in the returned list that are the caller's own tensor objects
+    (the output= tensor); eager and compiled calls must agree."""
+    ids = {id(a) for a in args if isinstance(a, torch.Tensor)}
+    items = got if isinstance(got, (list, tuple)) else [got]
+    return [i for i, t in enumerate(items) if id(t) in ids]
+
+
+def _direct_op(call: Callable[..., Any], args: tuple) -> Any:
+    with _compiling_flag():
+        return call(*args)
+
+
+def _flashinfer_targets(gm: torch.fx.GraphModule) -> list[str]:
+    return sorted(
+        {
+            str(n.target)
+            for n in gm.graph.nodes
+            if n.op == "call_function" and "flashinfer" in str(n.target)
+        }
+    )
+
+
+def trace_all(
+    version: str, patched: bool, dynamic_modes: list[bool | None], only: list[str] | None
+) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for name, entry, build, call in cases(version, fi_child.CAPABILITY):
+        if name.endswith("!") or not _selected(name, only):
+            continue
+        for dynamic in dynamic_modes:
+            rec: dict[str, Any] = {"entry": entry}
+            results[f"{name}|dynamic={dynamic}"] = rec
+            graphs: list[torch.fx.GraphModule] = []
+
+            def backend(
+                gm: torch.fx.GraphModule, example_inputs: Any, graphs: list = graphs
+            ) -> Any:
+                graphs.append(gm)
+                return gm.forward
+
+            torch._dynamo.reset()
+            with fake_mode():
+                args = build()
+                try:
+                    with simulate.compiling():
+                        compiled = torch.compile(
+                            call, fullgraph=True, backend=backend, dynamic=dynamic
+                        )
+                        got = compiled(*args)
+                except Exception as e:  # the pristine failure, or a regression
+                    rec["ok"] = False
+                    rec["error_type"] = f"{type(e).__module__}.{type(e).__name__}"
+                    rec["error"] = _error(e)
+                    continue
+                rec["ok"] = True
+                rec["meta"] = meta(got)
+                rec["returned_inputs"] = returned_inputs(got, args)
+                rec["graphs"] = len(graphs)
+                rec["ops"] = [op for g in graphs for op in _flashinfer_targets(g)]
+                if not patched:
+                    continue
+                # Graph breaks as torch._dynamo.explain counts them (without fullgraph).
+                # Unbacked sizes (run-time row counts) need capture_dynamic_output_shape_ops
+                # outside fullgraph mode; fullgraph=True (above, and SGLang) enables it itself.
+                torch._dynamo.reset()
+                with (
+                    simulate.compiling(),
+                    torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True),
+                ):
+                    ex = torch._dynamo.explain(call)(*args)
+                rec["explain_graphs"] = ex.graph_count
+                rec["graph_breaks"] = ex.graph_break_count
+                rec["fake_meta"] = meta(_direct_op(call, args))
+    return results
+
+
+def eager_all(version: str, only: list[str] | None) -> dict[str, Any]:
+    """Each case's public function run eagerly (kernels stubbed) under FakeTensorMode,
+    and the op's fake (the public function with is_compiling() forced on)."""
+    results: dict[str, Any] = {}
+    patched = _has_op("cutlass_fused_moe")
+    for name, entry, build, call in cases(version, fi_child.CAPABILITY):
+        if not _selected(name, only):
+            continue
+        rec: dict[str, Any] = {"entry": entry}
+        results[name] = rec
+        with fake_mode():
+            args = build()
+            try:
+                got = call(*args)
+                rec["eager"] = meta(got)
+                rec["returned_inputs"] = returned_inputs(got, args)
+            except Exception as e:
+                rec["eager_error"] = _error(e)
+            if patched:
+                try:
+                    rec["fake"] = meta(_direct_op(call, args))
+                except Exception as e:
+                    rec["fake_error"] = _error(e)
+    return results
+
+
+def _selected(name: str, only: list[str] | None) -> bool:
+    """``only``: case names or name prefixes ending in "*"."""
+    if not only:
+        return True
+    return any(name == o or (o.endswith("*") and name.startswith(o[:-1])) for o in only)
+
+
+def _has_op(name: str) -> bool:
+    try:
+        getattr(torch.ops.flashinfer, name)
+        return True
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def opcheck_all(version: str, only: list[str] | None) -> dict[str, Any]:
+    """torch.library.opcheck of every op, on CPU tensors, as fi_child.opcheck_all does:
+    a CPU kernel registered only in this process runs the op's real implementation
+    (the public function's eager path, kernels stubbed) on fake CUDA copies of the
+    inputs and returns zeroed CPU tensors of the same metadata."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Captured(Exception):
+        pass
+
+    class Capture(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.call: tuple[Any, tuple, dict] | None = None
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func.namespace == "flashinfer":
+                self.call = (func, args, kwargs or {})
+                raise _Captured
+            return func(*args, **(kwargs or {}))
+
+    _allclose_float8()
+    results: dict[str, Any] = {}
+    registered: set[str] = set()
+    for name, entry, build, call in cases(version, fi_child.CAPABILITY):
+        if name.endswith("!") or not _selected(name, only):
+            continue
+        rec: dict[str, Any] = {"entry": entry}
+        results[name] = rec
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            fake_args = build()
+        cpu_args = tuple(_cpu_tree(a) for a in fake_args)
+        cap = Capture()
+        try:
+            with _compiling_flag(), cap:
+                call(*cpu_args)
+        except _Captured:
+            pass
+        except Exception as e:
+            rec["error"] = f"capture: {_error(e)}"
+            continue
+        if cap.call is None:
+            rec["error"] = "no flashinfer op was called"
+            continue
+        op, a, k = cap.call
+        opname = op._schema.name.split("::")[1]
+        rec["op"] = opname
+        if opname not in registered:
+            _register_cpu_kernel(opname)
+            registered.add(opname)
+        try:
+            with simulate.compiling():
+                res = torch.library.opcheck(op, a, k)
+            rec["opcheck"] = {t: str(v) for t, v in res.items()}
+        except Exception as e:
+            rec["error"] = f"opcheck: {type(e).__name__}: {str(e)[:600]}"
+    return results
+
+
+def _allclose_float8() -> None:
+    """opcheck's schema check compares inputs before and after the call with
+    torch.allclose, which CPU torch does not implement for float8: compare their
+    bytes instead (what SchemaCheckMode means: "not mutated")."""
+    allclose = torch.allclose
+    float8 = {torch.float8_e4m3fn, torch.float8_e5m2}
+
+    def allclose_(a: torch.Tensor, b: torch.Tensor, *args: Any, **kwargs: Any) -> bool:
+        if a.dtype in float8 and b.dtype == a.dtype:
+            return torch.equal(a.view(U8), b.view(U8))
+        return allclose(a, b, *args, **kwargs)
+
+    torch.allclose = allclose_  # type: ignore[assignment]
+
+
+def _cpu_tree(x: Any) -> Any:
+    if isinstance(x, (list, tuple)):
+        return type(x)(_cpu_tree(v) for v in x)
+    return _cpu_like(x)
+
+
+def _fake_cuda_tree(x: Any) -> Any:
+    if isinstance(x, (list, tuple)):
+        return type(x)(_fake_cuda_tree(v) for v in x)
+    return _fake_cuda_like(x)
+
+
+def _register_cpu_kernel(opname: str) -> None:
+    from torch._library.custom_ops import OPDEFS
+
+    opdef = OPDEFS[f"flashinfer::{opname}"]
+    real = opdef._init_fn
+
+    def cpu_kernel(*args: Any, **kwargs: Any) -> Any:
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            fargs = [_fake_cuda_tree(a) for a in args]
+            fkwargs = {k: _fake_cuda_tree(v) for k, v in kwargs.items()}
+            out = real(*fargs, **fkwargs)
+        if out is None:
+            return None
+        cpu = [
+            torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype).zero_()
+            for t in out
+        ]
+        return tuple(cpu) if isinstance(out, tuple) else cpu
+
+    opdef.register_kernel("cpu")(cpu_kernel)
+
+
+def main(request_json: str) -> None:
+    req = json.loads(request_json)
+    gpu = simulate.GPUS[req["gpu"]]
+    fi_child.CAPABILITY = gpu.capability
+    simulate.install(gpu)
+    import flashinfer
+
+    res: dict[str, Any] = {"version": flashinfer.__version__}
+    only = req.get("only")
+    try:
+        for mode in req["modes"]:  # one interpreter, several checks: imports dominate
+            if mode == "trace":
+                res["trace"] = trace_all(req["version"], req["patched"], req["dynamic"], only)
+            elif mode == "eager":
+                stub_kernels(req["tmp"])
+                res["eager"] = eager_all(req["version"], only)
+            elif mode == "opcheck":
+                stub_kernels(req["tmp"])
+                res["opcheck"] = opcheck_all(req["version"], only)
+    except Exception:
+        res["crash"] = traceback.format_exc()
+    print("RESULT:" + json.dumps(res))
+    sys.stdout.flush()

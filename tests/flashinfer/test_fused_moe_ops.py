@@ -1,0 +1,193 @@
+"""FlashInfer fp4 fused-MoE entry points under torch.compile(fullgraph=True), on CPU.
+
+``cutlass_fused_moe`` (simulated SM120 and SM100) and ``trtllm_fp4_block_scale_moe`` /
+``trtllm_fp4_block_scale_routed_moe`` (simulated SM100; SM100-only kernels) of every
+flashinfer-python version whose series carries the fused-MoE patch, run in child
+interpreters (``moe_child.py``, built on ``fi_child.py``) against the pristine and
+the patched tree.  One child per (version, device, tree) runs several checks:
+importing flashinfer and warming Dynamo up is most of a child's cost.
+
+- trace: each case is compiled with ``torch.compile(fullgraph=True)`` on fake CUDA
+  tensors, ``dynamic=False`` and ``dynamic=True``: one graph holding the
+  ``flashinfer::<entry>[_out]`` op, 0 graph breaks by ``torch._dynamo.explain``,
+  compiled outputs' metadata equal to the op's fake, and the caller's ``output=``
+  tensor returned in the same list positions as eagerly.  The pristine tree fails
+  the same trace with ``torch._dynamo.exc.Unsupported``.
+- eager (fake vs real): the public function's eager path, with the JIT build/load
+  stubbed (and the trtllm kernel's returned tensors allocated as its C++ launcher
+  does), under FakeTensorMode; its output metadata (or error) must equal the op's
+  fake, and equal the pristine tree's eager output (eager behaviour unchanged).  A
+  size the real op only knows at run time (the trtllm ``gemm2_output`` rows, padded
+  to the tile of the config the autotuner picks) is an unbacked size in the fake and
+  matches any size.
+- opcheck: ``torch.library.opcheck`` of every op on CPU tensors (a CPU kernel
+  registered in the child runs the real implementation, kernels stubbed).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from conftest import REPO, series_versions
+from support.child import run_python, tail
+
+PROJECT = "flashinfer-python"
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def _moe_versions() -> list[str]:
+    """Versions whose series carries the fused-MoE op patch."""
+    out = []
+    for version in series_versions(PROJECT):
+        series = (REPO / "patches" / PROJECT / version / "series").read_text()
+        if any("-feat-moe-" in line for line in series.splitlines()):
+            out.append(version)
+    return out
+
+
+VERSIONS = _moe_versions()
+
+CUTLASS = {"cutlass_fused_moe"}
+TRTLLM = {"trtllm_fp4_block_scale_moe", "trtllm_fp4_block_scale_routed_moe"}
+ALL_OPS = {
+    "cutlass_fused_moe",
+    "cutlass_fused_moe_out",
+    "trtllm_fp4_block_scale_moe",
+    "trtllm_fp4_block_scale_moe_out",
+    "trtllm_fp4_block_scale_routed_moe",
+    "trtllm_fp4_block_scale_routed_moe_out",
+}
+
+# (gpu, patched) -> what the child runs.  SM100 covers both entry-point families;
+# on SM120 only cutlass exists.  Pristine trees: the trace must fail, and eager
+# must equal the patched tree's eager.
+CHILDREN: dict[tuple[str, bool], dict[str, Any]] = {
+    ("sm120", True): {"modes": ["trace", "eager"], "dynamic": [False, True]},
+    ("sm100", True): {"modes": ["trace", "eager", "opcheck"], "dynamic": [False, True]},
+    ("sm120", False): {"modes": ["trace"], "dynamic": [False]},
+    ("sm100", False): {"modes": ["trace", "eager"], "dynamic": [False]},
+}
+
+
+def _run(tree: pathlib.Path, request: dict[str, Any]) -> dict[str, Any]:
+    code = (
+        f"import sys; sys.path.insert(0, {str(HERE)!r})\n"
+        "import moe_child\n"
+        f"moe_child.main({json.dumps(request)!r})\n"
+    )
+    result = run_python(code, path=[tree], env={"FLASHINFER_LOGLEVEL": "0"})
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT:")]
+    assert result.returncode == 0 and lines, tail(result)
+    data = json.loads(lines[-1][len("RESULT:") :])
+    assert "crash" not in data, data["crash"]
+    return data
+
+
+@pytest.fixture(scope="session")
+def moe_results(wheel_tree) -> dict[tuple[str, str, bool], dict[str, Any]]:
+    """Every child of every version, two at a time (each is one CPU-bound process)."""
+    jobs = []
+    for version in VERSIONS:
+        for (gpu, patched), spec in CHILDREN.items():
+            tree = wheel_tree(PROJECT, version, patched=patched)
+            req = {
+                "gpu": gpu,
+                "version": version,
+                "patched": patched,
+                "tmp": tempfile.mkdtemp(prefix="fi-moe-jit-"),
+                **spec,
+            }
+            jobs.append(((version, gpu, patched), tree, req))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {key: pool.submit(_run, tree, req) for key, tree, req in jobs}
+        return {key: f.result() for key, f in futures.items()}
+
+
+def _matches(real: Any, fake: Any) -> bool:
+    if fake == "?":  # a size only known at run time
+        return isinstance(real, int)
+    if isinstance(real, list) and isinstance(fake, list):
+        return len(real) == len(fake) and all(map(_matches, real, fake))
+    return real == fake
+
+
+@pytest.mark.parametrize("gpu", ["sm120", "sm100"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_patched_traces_fullgraph_to_one_op(moe_results, version: str, gpu: str) -> None:
+    cases = moe_results[(version, gpu, True)]["trace"]
+    failures = {k: v for k, v in cases.items() if not v.get("ok")}
+    assert not failures, json.dumps(failures, indent=1)[:4000]
+    for key, rec in cases.items():
+        assert rec["graph_breaks"] == 0 and rec["explain_graphs"] == 1, (key, rec)
+        assert rec["graphs"] == 1, (key, rec)
+        entry = rec["entry"]
+        assert rec["ops"] in ([f"flashinfer.{entry}"], [f"flashinfer.{entry}_out"]), (key, rec)
+        assert rec["meta"] == rec["fake_meta"], (key, rec["meta"], rec["fake_meta"])
+    entries = {rec["entry"] for rec in cases.values()}
+    assert entries == (CUTLASS | TRTLLM if gpu == "sm100" else CUTLASS)
+    ops = {op.split(".", 1)[1] for rec in cases.values() for op in rec["ops"]}
+    assert ops == (ALL_OPS if gpu == "sm100" else {"cutlass_fused_moe", "cutlass_fused_moe_out"})
+    assert any(k.endswith("dynamic=True") for k in cases)
+
+
+@pytest.mark.parametrize("gpu", ["sm120", "sm100"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_pristine_fails_the_same_trace(moe_results, version: str, gpu: str) -> None:
+    cases = moe_results[(version, gpu, False)]["trace"]
+    assert cases
+    for key, rec in cases.items():
+        assert not rec.get("ok"), f"pristine {version} traced {key}"
+        assert rec["error_type"] == "torch._dynamo.exc.Unsupported", (key, rec)
+    entries = {rec["entry"] for rec in cases.values()}
+    assert entries == (CUTLASS | TRTLLM if gpu == "sm100" else CUTLASS)
+
+
+@pytest.mark.parametrize("gpu", ["sm120", "sm100"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_fake_equals_eager(moe_results, version: str, gpu: str) -> None:
+    cases = moe_results[(version, gpu, True)]["eager"]
+    traced = moe_results[(version, gpu, True)]["trace"]
+    errors = 0
+    for name, rec in cases.items():
+        if "eager_error" in rec:
+            # The fake fails the same way the version's eager code does.
+            assert rec.get("fake_error") == rec["eager_error"], (name, rec)
+            errors += 1
+            continue
+        assert "fake" in rec, (name, rec)
+        assert _matches(rec["eager"], rec["fake"]), (name, rec)
+        # The caller's output= tensor comes back where eager puts it.
+        for key, t in traced.items():
+            if key.split("|")[0] == name:
+                assert t["returned_inputs"] == rec["returned_inputs"], (key, t, rec)
+    assert errors >= 3 and len(cases) - errors >= (15 if gpu == "sm100" else 5)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_eager_unchanged(moe_results, version: str) -> None:
+    patched = moe_results[(version, "sm100", True)]["eager"]
+    pristine = moe_results[(version, "sm100", False)]["eager"]
+    assert patched.keys() == pristine.keys()
+    for name, rec in patched.items():
+        for field in ("eager", "eager_error", "returned_inputs"):
+            assert rec.get(field) == pristine[name].get(field), (name, field, rec, pristine[name])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_opcheck(moe_results, version: str) -> None:
+    cases = moe_results[(version, "sm100", True)]["opcheck"]
+    bad = {}
+    for name, rec in cases.items():
+        if "error" in rec:
+            bad[name] = rec["error"]
+            continue
+        failed = {t: v for t, v in rec["opcheck"].items() if v != "SUCCESS"}
+        if failed:
+            bad[name] = failed
+    assert not bad, json.dumps(bad, indent=1)[:4000]
+    assert {rec["op"] for rec in cases.values()} == ALL_OPS
