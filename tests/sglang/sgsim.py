@@ -13,6 +13,7 @@ can check where the fp4 ops land.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -204,7 +205,10 @@ def trace(module: Any, *args: Any) -> dict[str, Any]:
     from fp4graph import simulate
     from sglang.srt.compilation.backend import split_graph
     from sglang.srt.compilation.compilation_config import CompilationConfig
-    from sglang.srt.compilation.compile import install_torch_compiled, set_compiled
+    from sglang.srt.compilation import compile as sglang_compile
+    from sglang.srt.compilation.piecewise_context_manager import (
+        enable_piecewise_cuda_graph,
+    )
 
     config = CompilationConfig([1, 2, 4], "eager")
     graphs: list[list[dict[str, Any]]] = []
@@ -224,7 +228,7 @@ def trace(module: Any, *args: Any) -> dict[str, Any]:
 
     counters.clear()
     torch._dynamo.reset()
-    install_torch_compiled(
+    sglang_compile.install_torch_compiled(
         module,
         dynamic_arg_dims={"x": 0},
         fullgraph=True,
@@ -233,7 +237,14 @@ def trace(module: Any, *args: Any) -> dict[str, Any]:
     )
     result: dict[str, Any] = {"ok": True, "error": None}
     try:
-        with simulate.compiling(), set_compiled(True):
+        # 0.5.9 gates the compiled path on set_compiled(), 0.5.10+ on
+        # enable_piecewise_cuda_graph(); the runner enters both.
+        set_compiled = getattr(sglang_compile, "set_compiled", None)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(simulate.compiling())
+            stack.enter_context(enable_piecewise_cuda_graph())
+            if set_compiled is not None:
+                stack.enter_context(set_compiled(True))
             out = module(*args)
         result["out"] = [list(map(int, out.shape)), str(out.dtype)]
     except Exception as exc:  # the seed failure on pristine trees
@@ -248,3 +259,87 @@ def trace(module: Any, *args: Any) -> dict[str, Any]:
 
 def report(result: dict[str, Any]) -> None:
     print("SGSIM " + json.dumps(result))
+
+
+class MoeBlock(__import__("torch").nn.Module):
+    """fp4 linear -> sglang's piecewise MoE op -> trtllm fp4 hidden-state quantization.
+
+    ``moe_forward_piecewise_cuda_graph_impl`` is the custom op FusedMoE.forward
+    calls under piecewise CUDA graph (its fp4 kernels run inside it, eagerly
+    during capture); ``quantize_hidden_states_fp4`` is the SM120 fp4 call of
+    the FlashInfer TRT-LLM MoE runner, traced here as if compiled in-line.
+    """
+
+    def __init__(self, hidden: int) -> None:
+        import torch
+
+        super().__init__()
+        self.gate = fp4_linear(hidden, hidden)
+        self.scale = torch.empty(1, dtype=torch.float32, device="cuda")
+
+    def forward(self, x: Any) -> Any:
+        import torch
+
+        from sglang.srt.layers.moe.moe_runner import flashinfer_trtllm
+
+        h = self.gate.quant_method.apply(self.gate, x)
+        weights = h[:, :2].float()
+        ids = h[:, :2].to(torch.int32)
+        moe = torch.ops.sglang.moe_forward_piecewise_cuda_graph_impl(h, weights, ids, h, 0)
+        q, sf = flashinfer_trtllm.quantize_hidden_states_fp4(moe, self.scale)
+        return q
+
+
+def stub_flashinfer_fp4_kernels() -> None:
+    """Make flashinfer's fp4 module loader return a no-op kernel.
+
+    flashinfer's own Python (output allocation, reshapes, transposes) then runs
+    eagerly on fake tensors, which gives the real op's output metadata
+    without a GPU or a JIT build.
+    """
+    import types as _types
+
+    import flashinfer
+
+    module = sys.modules[flashinfer.fp4_quantize.__module__]
+
+    class _Spec:
+        def build_and_load(self) -> Any:
+            return _types.SimpleNamespace(fp4_quantize=lambda *args: None)
+
+    for name in dir(module):
+        if name.startswith("gen_fp4_quantization_sm") and name.endswith("_module"):
+            setattr(module, name, lambda *args, **kwargs: _Spec())
+    module.get_fp4_quantization_module.cache_clear()
+
+
+def meta(t: Any) -> list[Any]:
+    return [list(map(int, t.shape)), list(map(int, t.stride())), str(t.dtype), str(t.device)]
+
+
+def compare_fake_with_real(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run each case through flashinfer (no-op kernel) and sglang's fake."""
+    import torch
+
+    import flashinfer
+    from sglang.srt.layers.quantization import fp4_utils
+
+    stub_flashinfer_fp4_kernels()
+    rows = []
+    for case in cases:
+        shape, column_major = case["shape"], case.get("column_major", False)
+        kwargs = case.get("kwargs", {})
+        outcome = {}
+        for side, fn in (("real", flashinfer.fp4_quantize), ("fake", fp4_utils.fp4_quantize)):
+            with fake_mode():
+                x = torch.empty(shape, dtype=torch.bfloat16, device="cuda")
+                if column_major:
+                    x = x.transpose(-2, -1)
+                gs = torch.empty(1, dtype=torch.float32, device="cuda")
+                try:
+                    q, sf = fn(x, gs, **kwargs)
+                    outcome[side] = [meta(q), meta(sf)]
+                except Exception as exc:
+                    outcome[side] = f"raises {type(exc).__name__}"
+        rows.append({"case": case, **outcome})
+    return rows

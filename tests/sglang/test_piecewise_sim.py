@@ -1,0 +1,269 @@
+"""SGLang's NVFP4 layers under piecewise CUDA graph, simulated on SM120 (CPU only).
+
+Each case runs in a fresh interpreter (tests/support/child.py) with the
+sglang and flashinfer wheel trees first on the path and the device reported
+as an SM120 GPU before sglang is imported.  The forward is traced through
+sglang's own piecewise entry (install_torch_compiled, fullgraph=True, dynamic
+token dimension) and split at sglang's registered split ops.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import textwrap
+from typing import Any
+
+import pytest
+
+from support.child import run_python, tail
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+# sglang version -> the flashinfer-python it pins.
+TARGETS = {"0.5.9": "0.6.3", "0.5.10.post1": "0.6.7.post3", "0.5.11": "0.6.8.post1"}
+SEED_ERROR = "Attempted to call function marked as skipped"
+FP4_QUANT = "sglang.flashinfer_fp4_quantize"
+
+
+def has_series(project: str, version: str) -> bool:
+    return (REPO / "patches" / project / version / "series").is_file()
+
+
+def run_sim(body: str, *trees: pathlib.Path) -> dict[str, Any]:
+    code = "import sgsim\nsgsim.prepare()\nimport torch\n" + textwrap.dedent(body)
+    result = run_python(code, path=[*trees, HERE])
+    lines = [line for line in result.stdout.splitlines() if line.startswith("SGSIM ")]
+    assert lines, tail(result)
+    return json.loads(lines[-1][len("SGSIM ") :])
+
+
+TRACE_BLOCK = """
+with sgsim.fake_mode():
+    block = sgsim.Block(256, 512)
+    x = torch.empty(8, 256, dtype=torch.bfloat16, device="cuda")
+    sgsim.report(sgsim.trace(block, x))
+"""
+
+TRACE_MOE = """
+with sgsim.fake_mode():
+    block = sgsim.MoeBlock(256)
+    x = torch.empty(8, 256, dtype=torch.bfloat16, device="cuda")
+    sgsim.report(sgsim.trace(block, x))
+"""
+
+
+def trees_for(wheel_tree: Any, version: str, *, patched: bool, fi_patched: bool = False) -> list[pathlib.Path]:
+    sglang = wheel_tree("sglang", version, patched=patched)
+    flashinfer = wheel_tree("flashinfer-python", TARGETS[version], patched=fi_patched)
+    return [sglang, flashinfer]
+
+
+def assert_fp4_in_pieces(result: dict[str, Any]) -> None:
+    assert result["ok"], result.get("error_text")
+    assert result["graph_breaks"] == 0, result
+    assert len(result["graphs"]) == 1, result  # one Dynamo graph: fullgraph
+    pieces = result["graphs"][0]
+    fp4 = [p for p in pieces if FP4_QUANT in p["ops"]]
+    assert fp4, pieces
+    for piece in pieces:
+        if piece["split"]:
+            assert not any(op in piece["ops"] for op in sgsim_fp4_ops()), piece
+        else:
+            assert "sglang.unified_attention_with_output" not in piece["ops"], piece
+
+
+def sgsim_fp4_ops() -> tuple[str, ...]:
+    return ("sglang.flashinfer_fp4_quantize", "sglang.fp4_gemm")
+
+
+@pytest.mark.parametrize("version", TARGETS)
+def test_pristine_fails_with_seed_error(wheel_tree: Any, version: str) -> None:
+    result = run_sim(TRACE_BLOCK, *trees_for(wheel_tree, version, patched=False))
+    assert not result["ok"], result
+    assert "Unsupported" in result["error"] and SEED_ERROR in result["error"], result
+    assert "allocate_lock" in result["error_text"], result["error_text"]
+
+
+@pytest.mark.parametrize("fi_patched", [False, True], ids=["pristine-flashinfer", "patched-flashinfer"])
+@pytest.mark.parametrize("version", TARGETS)
+def test_patched_traces_fullgraph(wheel_tree: Any, version: str, fi_patched: bool) -> None:
+    if fi_patched and not has_series("flashinfer-python", TARGETS[version]):
+        pytest.skip(f"patches/flashinfer-python/{TARGETS[version]}/series does not exist yet")
+    trees = trees_for(wheel_tree, version, patched=True, fi_patched=fi_patched)
+    result = run_sim(TRACE_BLOCK, *trees)
+    assert_fp4_in_pieces(result)
+    # fp4 linear, attention (split point), fp4 linear: three pieces.
+    assert [p["split"] for p in result["graphs"][0]] == [False, True, False], result
+    assert result["out"] == [[8, 256], "torch.bfloat16"]
+
+
+@pytest.mark.parametrize("version", TARGETS)
+def test_patched_moe_path_traces(wheel_tree: Any, version: str) -> None:
+    result = run_sim(TRACE_MOE, *trees_for(wheel_tree, version, patched=True))
+    assert result["ok"], result.get("error_text")
+    assert result["graph_breaks"] == 0, result
+    ops = [op for piece in result["graphs"][0] for op in piece["ops"]]
+    assert ops.count(FP4_QUANT) == 2, ops  # linear + trtllm MoE hidden-state quantization
+    assert "sglang.moe_forward_piecewise_cuda_graph_impl" in ops, ops
+    assert not any(p["split"] and FP4_QUANT in p["ops"] for p in result["graphs"][0]), result
+
+
+MOE_CALL_SITES = """
+from sglang.srt.layers.quantization import fp4_utils
+from sglang.srt.layers.quantization import modelopt_quant
+from sglang.srt.layers.moe.moe_runner import flashinfer_trtllm
+from sglang.srt.layers.moe.token_dispatcher import standard
+from sglang.srt.layers.moe.fused_moe_triton import layer
+op = fp4_utils.fp4_quantize
+sites = {
+    "modelopt_quant.fp4_quantize": modelopt_quant.fp4_quantize,
+    "flashinfer_trtllm.fp4_quantize": flashinfer_trtllm.fp4_quantize,
+    "standard.fp4_quantize_flashinfer": standard.fp4_quantize_flashinfer,
+}
+if hasattr(layer, "fp4_quantize"):
+    sites["fused_moe_triton.layer.fp4_quantize"] = layer.fp4_quantize
+sgsim.report({name: fn is op for name, fn in sites.items()} | {"op": str(op)})
+"""
+
+
+@pytest.mark.parametrize("version", TARGETS)
+def test_sm120_call_sites_use_the_op(wheel_tree: Any, version: str) -> None:
+    result = run_sim(MOE_CALL_SITES, *trees_for(wheel_tree, version, patched=True))
+    assert result.pop("op") == "sglang.flashinfer_fp4_quantize"
+    assert all(result.values()), result
+
+
+FAKE_CASES = [
+    {"shape": [1, 256]},
+    {"shape": [7, 256]},
+    {"shape": [200, 4096]},
+    {"shape": [130, 80]},  # K / 16 = 5: not a multiple of 4
+    {"shape": [33, 96]},  # K / 16 = 6
+    {"shape": [2, 5, 256]},
+    {"shape": [7, 256], "kwargs": {"is_sf_swizzled_layout": False}},
+    {"shape": [7, 256], "kwargs": {"is_sf_8x4_layout": True}},
+    {"shape": [7, 256], "kwargs": {"sf_vec_size": 32}},
+    {"shape": [256, 64], "column_major": True},
+    {"shape": [256, 64], "column_major": True, "kwargs": {"is_sf_swizzled_layout": False}},
+    {"shape": [2, 256, 64], "column_major": True},
+]
+
+
+@pytest.mark.parametrize("version", TARGETS)
+def test_fake_matches_pinned_flashinfer(wheel_tree: Any, version: str) -> None:
+    body = f"sgsim.report({{'rows': sgsim.compare_fake_with_real({FAKE_CASES!r})}})"
+    rows = run_sim(body, *trees_for(wheel_tree, version, patched=True))["rows"]
+    mismatches = [row for row in rows if row["real"] != row["fake"]]
+    assert not mismatches, json.dumps(mismatches, indent=1)
+
+
+WARMUP = """
+import types
+import flashinfer
+from sglang.srt.layers.quantization import fp4_utils
+calls = []
+fp4_utils._flashinfer_fp4_quantize = lambda x, gs: calls.append(("eager", tuple(x.shape)))
+fp4 = types.SimpleNamespace(get_name=lambda: "modelopt_fp4")
+fp8 = types.SimpleNamespace(get_name=lambda: "modelopt_fp8")
+with sgsim.fake_mode():
+    ran_fp8 = fp4_utils.warmup_flashinfer_fp4(torch.device("cuda"), fp8)
+    ran_eager = fp4_utils.warmup_flashinfer_fp4(torch.device("cuda"), fp4)
+    flashinfer.fp4_warmup = lambda device=None: calls.append(("api", str(device))) or ["fp4_quantization_120"]
+    ran_api = fp4_utils.warmup_flashinfer_fp4(torch.device("cuda"), fp4)
+import inspect
+from sglang.srt.layers.quantization import fp4_utils as f
+src = open(f.__file__.replace("layers/quantization/fp4_utils.py", "model_executor/piecewise_cuda_graph_runner.py")).read()
+sgsim.report({"fp8": ran_fp8, "eager": ran_eager, "api": ran_api, "calls": calls,
+    "order": src.index("warmup_flashinfer_fp4(self.device") < src.index("install_torch_compiled(\\n")})
+"""
+
+
+@pytest.mark.parametrize("version", TARGETS)
+def test_fp4_warmup_before_compile(wheel_tree: Any, version: str) -> None:
+    result = run_sim(WARMUP, *trees_for(wheel_tree, version, patched=True))
+    assert result["fp8"] is False
+    assert result["eager"] is True and result["api"] is True
+    assert result["calls"] == [["eager", [128, 64]], ["api", "cuda"]], result
+    assert result["order"], "warm-up must run before install_torch_compiled"
+
+
+NSA_INDEXER = """
+import types
+from sglang.srt.layers.attention.nsa import nsa_indexer
+indexer = object.__new__(nsa_indexer.Indexer)
+torch.nn.Module.__init__(indexer)
+indexer.alt_stream = None
+indexer.index_topk = 2048
+indexer.nsa_enable_prefill_cp = False
+metadata = types.SimpleNamespace()
+batch = types.SimpleNamespace(
+    attn_backend=types.SimpleNamespace(get_indexer_metadata=lambda layer_id, fb: metadata),
+    forward_mode=types.SimpleNamespace(is_extend_without_speculative=lambda: True),
+)
+from fp4graph import simulate
+with sgsim.fake_mode():
+    batch.seq_lens_cpu = torch.empty(4, dtype=torch.int64)
+    x = torch.empty(8, 256, dtype=torch.bfloat16, device="cuda")
+    q = torch.empty(8, 64, dtype=torch.bfloat16, device="cuda")
+    pos = torch.empty(8, dtype=torch.int64, device="cuda")
+    fn = lambda x, q, pos: indexer.forward_cuda(x, q, pos, batch, 0)
+    try:
+        with simulate.compiling():
+            torch.compile(fn, fullgraph=True, dynamic=True, backend="eager")(x, q, pos)
+        sgsim.report({"ok": True})
+    except Exception as exc:
+        sgsim.report({"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:600]}"})
+"""
+
+
+def test_nsa_indexer_does_not_trace_on_0_5_9(wheel_tree: Any) -> None:
+    """Evidence for patch 0003: the 0.5.9 NSA indexer breaks fullgraph in extend mode."""
+    result = run_sim(NSA_INDEXER, *trees_for(wheel_tree, "0.5.9", patched=False))
+    assert not result["ok"], result
+    assert "item" in result["error"], result
+
+
+NSA_RUNNER = """
+import ast, types, logging
+from sglang.srt.configs.model_config import is_deepseek_nsa
+from sglang.srt.layers.moe.utils import get_moe_a2a_backend
+import sglang.srt.configs.model_config as model_config
+path = model_config.__file__.replace("configs/model_config.py", "model_executor/model_runner.py")
+tree = ast.parse(open(path).read())
+cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelRunner")
+fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "can_run_piecewise_cuda_graph")
+logged = []
+ns = {"is_deepseek_nsa": is_deepseek_nsa, "get_moe_a2a_backend": get_moe_a2a_backend,
+      "logger": logging.getLogger("t"), "log_info_on_rank0": lambda lg, msg: logged.append(msg)}
+exec(compile(ast.Module([fn], []), path, "exec"), ns)
+def runner(arch, index_topk):
+    cfg = types.SimpleNamespace(architectures=[arch], index_topk=index_topk)
+    return types.SimpleNamespace(is_draft_worker=False, pp_size=1,
+        server_args=types.SimpleNamespace(enable_torch_compile=False),
+        model_config=types.SimpleNamespace(hf_config=cfg, hf_text_config=cfg))
+glm5 = ns["can_run_piecewise_cuda_graph"](runner("GlmMoeDsaForCausalLM", 2048))
+glm5_log = list(logged)
+llama = ns["can_run_piecewise_cuda_graph"](runner("LlamaForCausalLM", None))
+sgsim.report({"glm5": glm5, "glm5_log": glm5_log, "llama": llama, "logs": logged})
+"""
+
+
+def test_nsa_models_skip_piecewise_on_0_5_9(wheel_tree: Any) -> None:
+    result = run_sim(NSA_RUNNER, *trees_for(wheel_tree, "0.5.9", patched=True))
+    assert result["glm5"] is False
+    assert len(result["glm5_log"]) == 1 and "NSA" in result["glm5_log"][0], result
+    assert result["llama"] is True and result["logs"] == result["glm5_log"], result
+
+
+def test_control_sglang_0_5_12_traces() -> None:
+    """Control: pristine sglang 0.5.12 (its own wrapper) + flashinfer 0.6.11.post1 passes."""
+    import os
+
+    sglang = os.environ.get("FP4GRAPH_SGLANG_0512_TREE")
+    flashinfer = os.environ.get("FP4GRAPH_FLASHINFER_0611_TREE")
+    if not (sglang and flashinfer):
+        pytest.skip("sglang 0.5.12 is not a pinned artifact; set FP4GRAPH_SGLANG_0512_TREE and FP4GRAPH_FLASHINFER_0611_TREE to unpacked wheels")
+    result = run_sim(TRACE_BLOCK, pathlib.Path(sglang), pathlib.Path(flashinfer))
+    assert_fp4_in_pieces(result)
