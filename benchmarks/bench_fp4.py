@@ -502,6 +502,128 @@ def eager_noise(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------------------
+# (a') where the eager excess comes from: swap function code between the trees
+
+DECOMPOSE_OPS = ("fp4_quantize", "nvfp4_quantize", "block_scale_interleave")
+DECOMPOSE_ARMS = ("Q", "Qg", "Qa", "P", "Pu", "Q2")
+
+
+def _swap_code(mod: Any, src: Any, names: tuple[str, ...]) -> None:
+    """Rebind ``mod.<name>`` to a function with ``src.<name>``'s code and ``mod``'s globals:
+    the other tree's bytecode running against this tree's modules, JIT module and .so."""
+    import types
+
+    for name in names:
+        f = getattr(src, name)
+        g = types.FunctionType(f.__code__, mod.__dict__, name, f.__defaults__, f.__closure__)
+        g.__kwdefaults__ = f.__kwdefaults__
+        g.__doc__ = f.__doc__
+        setattr(mod, name, g)
+
+
+def _alias_guard(mod: Any, patched: Any, names: tuple[str, ...]) -> None:
+    """Rebind ``mod.<name>`` to the patched source with the guard written as
+    ``_fp4g_is_compiling()``, a module global bound once to ``torch.compiler.is_compiling``
+    (Dynamo keys on the function object, so tracing is unchanged)."""
+    import inspect
+    import textwrap
+
+    mod.__dict__["_fp4g_is_compiling"] = torch.compiler.is_compiling
+    for name in names:
+        src = textwrap.dedent(inspect.getsource(getattr(patched, name)))
+        if "torch.compiler.is_compiling()" not in src:
+            raise RuntimeError(f"{name}: no guard in the patched source")
+        src = src.replace("torch.compiler.is_compiling()", "_fp4g_is_compiling()")
+        exec(compile(src, f"<alias-guard {name}>", "exec"), mod.__dict__)  # noqa: S102
+
+
+def decompose_arms(
+    trees: dict[str, pathlib.Path], wss: dict[str, pathlib.Path]
+) -> dict[str, dict[str, Any]]:
+    """Q: pristine copy; Qg: pristine copy running the patched functions' code (the guard);
+    Qa: pristine copy running the patched code with an import-time alias of the guard;
+    P: patched copy; Pu: patched copy running the pristine functions' code (no guard);
+    Q2: a second pristine copy (noise)."""
+    import _trees
+
+    def ld(kind: str, name: str) -> Any:
+        return _trees.load(trees[kind], wss[kind], "fp4_quantization", name)
+
+    arms = {
+        "Q": ld("pristine", "_fi_pristine_a"),
+        "Qg": ld("pristine", "_fi_pristine_g"),
+        "Qa": ld("pristine", "_fi_pristine_s"),
+        "P": ld("patched", "_fi_patched_a"),
+        "Pu": ld("patched", "_fi_patched_u"),
+        "Q2": ld("pristine", "_fi_pristine_b"),
+    }
+    pristine_code = ld("pristine", "_fi_pristine_code")  # untouched sources of the swaps
+    _swap_code(arms["Qg"], arms["P"], DECOMPOSE_OPS)
+    _alias_guard(arms["Qa"], arms["P"], DECOMPOSE_OPS)
+    _swap_code(arms["Pu"], pristine_code, DECOMPOSE_OPS)
+    return {a: {"fp4_quantization": m} for a, m in arms.items()}
+
+
+def bench_decompose(
+    arms: dict[str, dict[str, Any]], tokens: list[int], k: int, rounds: int, calls: int
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for m in tokens:
+        if SMOKE:
+            cases = smoke_eager_cases(arms)
+        else:
+            dev = torch.device("cuda")
+            x = torch.randn(m, k, dtype=torch.bfloat16, device=dev)
+            gs = ((448 * 6) / x.float().abs().max()).reshape(1)
+            sf_lin = torch.randint(0, 255, (m, k // 16), dtype=torch.uint8, device=dev)
+            args = {
+                "fp4_quantize": (x, gs),
+                "nvfp4_quantize": (x, gs),
+                "block_scale_interleave": (sf_lin,),
+            }
+
+            def bind(f: Callable[..., Any], a_: tuple[Any, ...]) -> Callable[[], Any]:
+                return lambda: f(*a_)
+
+            cases = {
+                op: {a: bind(getattr(d["fp4_quantization"], op), args[op]) for a, d in arms.items()}
+                for op in DECOMPOSE_OPS
+            }
+        for op, fns in cases.items():
+            for fn in fns.values():
+                fn()
+            sync()
+            t = interleaved_arms(fns, rounds, calls)
+            n = rounds
+            per = {
+                f"{a}/Q": [t[a][r] / t["Q"][r] for r in range(n)]
+                for a in DECOMPOSE_ARMS
+                if a != "Q"
+            }
+            per["P/Pu"] = [t["P"][r] / t["Pu"][r] for r in range(n)]
+            row = {
+                "op": op,
+                "M": m,
+                "K": k,
+                "us": {a: statistics.median(t[a]) for a in DECOMPOSE_ARMS},
+                "ratios": {key: summary(v) for key, v in per.items()},
+                "rounds": rounds,
+                "calls_per_batch": calls,
+            }
+            log(
+                f"decompose {op:24s} M={m:5d}: "
+                + ", ".join(f"{a} {row['us'][a]:.2f}" for a in DECOMPOSE_ARMS)
+                + " us; "
+                + ", ".join(
+                    f"{key} {s['median']:.4f} [{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]"
+                    for key, s in row["ratios"].items()
+                )
+            )
+            rows.append(row)
+    return rows
+
+
+# --------------------------------------------------------------------------------------
 # (b) host-bound block
 
 LIB = "fp4bench"
@@ -1186,7 +1308,7 @@ def main(argv: list[str] | None = None) -> int:
         help="patched wheel or tree (default: the installed flashinfer's directory)",
     )
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results")
-    ap.add_argument("--sections", default="warmup,eager,block")
+    ap.add_argument("--sections", default="warmup,eager,decompose,block")
     ap.add_argument("--tokens", default="1,16,256,4096", help="token counts for (a)")
     ap.add_argument("--k", type=int, default=4096, help="K for (a)")
     ap.add_argument("--rounds", type=int, default=400)
@@ -1206,6 +1328,8 @@ def main(argv: list[str] | None = None) -> int:
         help="stop starting new block work after this many seconds (0: none)",
     )
     ap.add_argument("--workdir", type=pathlib.Path, default=None)
+    ap.add_argument("--decompose-tokens", default="1,256", help="token counts for (a')")
+    ap.add_argument("--stem-suffix", default="", help="appended to the output file names")
     ap.add_argument("--smoke", action="store_true", help="CPU check of the script (no GPU)")
     args = ap.parse_args(argv)
     SMOKE = args.smoke
@@ -1276,7 +1400,7 @@ def main(argv: list[str] | None = None) -> int:
         log("WARNING: the installed flashinfer has no fp4_warmup: it is not the patched wheel")
 
     cap_slug = "".join(c if c.isalnum() else "-" for c in gpu).strip("-").lower()
-    stem = f"{cap_slug}-sm{cap_s}-flashinfer-{result['meta']['pristine']}"
+    stem = f"{cap_slug}-sm{cap_s}-flashinfer-{result['meta']['pristine']}{args.stem_suffix}"
     out_json = args.out / f"{stem}.json"
 
     def save() -> None:
@@ -1337,6 +1461,32 @@ def main(argv: list[str] | None = None) -> int:
         result["eager"]["noise"] = eager_noise(result["eager"]["rows"])
         result["eager"]["seconds"] = time.perf_counter() - t
         log(f"eager: noise {result['eager']['noise']}; guard {result['eager']['guard_cost_ns']}")
+        save()
+
+    if "decompose" in sections:
+        t = time.perf_counter()
+        darms = decompose_arms(
+            {"patched": patched_tree, "pristine": pristine_tree},
+            {"patched": patched_ws, "pristine": pristine_ws},
+        )
+        result["decompose"] = {
+            "method": (
+                "one process, six arms interleaved as in (a): Q pristine copy; Qg pristine copy "
+                "running the patched functions' bytecode (types.FunctionType over the pristine "
+                "module's globals); Qa pristine copy running the patched source with the guard "
+                "as an import-time alias of torch.compiler.is_compiling; P patched copy; Pu "
+                "patched copy running the pristine bytecode; Q2 second pristine copy (noise). "
+                f"Ops {', '.join(DECOMPOSE_OPS)}"
+            ),
+            "rows": bench_decompose(
+                darms,
+                [int(v) for v in args.decompose_tokens.split(",")] if not SMOKE else [1],
+                args.k,
+                8 if SMOKE else args.rounds,
+                2 if SMOKE else args.calls,
+            ),
+        }
+        result["decompose"]["seconds"] = time.perf_counter() - t
         save()
 
     if "block" in sections:
