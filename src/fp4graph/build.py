@@ -141,9 +141,12 @@ def build(settings: Settings, stack_names: Sequence[str] | None = None) -> dict[
             built[key] = _build_artifact(settings, catalog.artifacts[key], series, staging, work)
         shutil.rmtree(work)
 
-        readme = wheels_dir / "README.md"
+        # What is not build output stays: the README and reports of other sessions.
+        readme, reports = wheels_dir / "README.md", wheels_dir / "reports"
         if readme.exists():
             shutil.copy2(readme, staging / "README.md")
+        if reports.is_dir():
+            shutil.copytree(reports, staging / "reports", symlinks=True)
         write_metadata_files(staging)
         write_index(staging)
         sums = [f"{w.sha256}  {w.filename}\n" for ws in built.values() for w in ws]

@@ -162,3 +162,11 @@ def test_artifact_without_series_is_listed_unpatched(checkout: Settings) -> None
     assert manifest["stacks"][0]["pins"] == ["sglang==0.5.9", "flashinfer-python==0.6.3+fp4graph.1"]  # type: ignore[index]
     assert [p.name for p in checkout.wheels_dir.glob("*.whl")] == [FI]
 
+
+
+def test_reports_survive_a_rebuild(built: Settings) -> None:
+    report = built.wheels_dir / "reports" / "drift.json"
+    report.parent.mkdir()
+    report.write_text("[]\n")
+    build.build(built, [STACK])
+    assert report.read_text() == "[]\n"
