@@ -33,14 +33,11 @@ I32 = torch.int32
 F32 = torch.float32
 F8 = torch.float8_e4m3fn
 
-OP_NAMES = [
-    "cutlass_fused_moe",
-    "cutlass_fused_moe_out",
-    "trtllm_fp4_block_scale_moe",
-    "trtllm_fp4_block_scale_moe_out",
-    "trtllm_fp4_block_scale_routed_moe",
-    "trtllm_fp4_block_scale_routed_moe_out",
-]
+VERSION: tuple[int, ...] = (0, 0, 0)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:3])
 
 
 def fake_mode() -> FakeTensorMode:
@@ -404,7 +401,8 @@ def trtllm_fp4_kernel_outputs(args: tuple) -> Any:
     """What the C++ ``trtllm_fp4_block_scale_moe`` (csrc/trtllm_fused_moe_kernel_launcher.cu)
     returns, transcribed for the default config (tactic -1, the smallest selected tile):
     nothing when finalizing (it fills ``output``), else ``(gemm2_output,
-    expanded_idx_to_permuted_idx)``."""
+    expanded_idx_to_permuted_idx)`` (0.6.7 and later: ``(gemm2_output, expert_weights,
+    expanded_idx_to_permuted_idx)``)."""
     hidden_states = args[4]
     num_experts, top_k = args[18], args[19]
     local_num_experts, do_finalize = args[24], args[27]
@@ -429,10 +427,12 @@ def trtllm_fp4_kernel_outputs(args: tuple) -> Any:
     min_tokens = -(-(128 * 1024 * 8) // (hidden_size * 16))
     rows = max(padded, min_tokens)
     dev = hidden_states.device
-    return (
-        torch.empty(rows, hidden_size, dtype=BF16, device=dev),
-        torch.empty(num_tokens * top_k, dtype=I32, device=dev),
-    )
+    gemm2_output = torch.empty(rows, hidden_size, dtype=BF16, device=dev)
+    expanded_idx_to_permuted_idx = torch.empty(num_tokens * top_k, dtype=I32, device=dev)
+    if VERSION < (0, 6, 7):
+        return (gemm2_output, expanded_idx_to_permuted_idx)
+    # 0.6.7: the launcher also returns the expert weights it was given.
+    return (gemm2_output, args[2], expanded_idx_to_permuted_idx)
 
 
 class _KernelModule(fi_child._StubModule):
@@ -671,6 +671,10 @@ def _fake_cuda_tree(x: Any) -> Any:
     return _fake_cuda_like(x)
 
 
+def _zeros_like_cpu(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype).zero_()
+
+
 def _register_cpu_kernel(opname: str) -> None:
     from torch._library.custom_ops import OPDEFS
 
@@ -684,17 +688,17 @@ def _register_cpu_kernel(opname: str) -> None:
             out = real(*fargs, **fkwargs)
         if out is None:
             return None
-        cpu = [
-            torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype).zero_()
-            for t in out
-        ]
-        return tuple(cpu) if isinstance(out, tuple) else cpu
+        if isinstance(out, torch.Tensor):
+            return _zeros_like_cpu(out)
+        return type(out)(_zeros_like_cpu(t) for t in out)
 
     opdef.register_kernel("cpu")(cpu_kernel)
 
 
 def main(request_json: str) -> None:
+    global VERSION
     req = json.loads(request_json)
+    VERSION = _version_tuple(req["version"])
     gpu = simulate.GPUS[req["gpu"]]
     fi_child.CAPABILITY = gpu.capability
     simulate.install(gpu)
