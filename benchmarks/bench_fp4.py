@@ -1203,9 +1203,11 @@ def plot_block(result: dict[str, Any], path: pathlib.Path) -> None:
         ("reduce-overhead, weights = module params", [val(r, "ro") for r in rows]),
         ("backend='eager' + CUDA graph", [val(r, "eager_graph") for r in rows]),
         ("summed kernels, eager", [val(r, "eager", "kernels") for r in rows]),
+        ("probe's block, eager", [val(r, "probe_eager") for r in rows]),
+        ("probe's block, reduce-overhead, params", [val(r, "probe_ro") for r in rows]),
     ]
-    fig, ax = plt.subplots(figsize=(9, 6))
-    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(10, 6))
+    width = 0.84 / len(series)
     for i, (label, vals) in enumerate(series):
         xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(ms))]
         bars = ax.bar(xs, vals, width, label=label)
@@ -1250,7 +1252,7 @@ def plot_eager(result: dict[str, Any], path: pathlib.Path) -> None:
         ("patched/patched", "C1"),
         ("installed/pristine_copy", "C3"),
     ]
-    fig, ax = plt.subplots(figsize=(10, 6))
+    fig, ax = plt.subplots(figsize=(12, 6.5))
     xt, xl = [], []
     for oi, op in enumerate(ops):
         for mi, m in enumerate(ms):
@@ -1259,7 +1261,8 @@ def plot_eager(result: dict[str, Any], path: pathlib.Path) -> None:
                 continue
             x0 = oi * (len(ms) + 1) + mi
             xt.append(x0)
-            xl.append(f"{op[:14]}\nM={m}" if mi == 0 else f"M={m}")
+            short = op.replace("_quantize", "_q").replace("scaled_", "").replace("_experts", "")
+            xl.append(f"{short[:26]} M={m}")
             for ki, (key, color) in enumerate(keys):
                 s = r["ratios"][key]
                 xx = x0 + (ki - 1.5) * 0.18
@@ -1274,15 +1277,15 @@ def plot_eager(result: dict[str, Any], path: pathlib.Path) -> None:
                 )
     ax.axhline(1.0, color="k", lw=0.6)
     ax.axhline(1.02, color="r", lw=0.8, ls="--", label="goal 1.02")
-    ax.set_xticks(xt, xl, fontsize=5.5)
+    ax.set_xticks(xt, xl, fontsize=6, rotation=70, ha="right")
     ax.set_ylabel("ratio of per-call time (median, 95% CI)")
     ax.set_title(
         f"Eager per-call time, one process, 5 interleaved arms; {meta['gpu']} "
         f"(SM{meta['capability']}), flashinfer {meta['flashinfer']}",
         fontsize=9,
     )
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=5)
-    _note(fig, meta, bottom=0.3)
+    ax.legend(fontsize=7, loc="upper left", ncol=5)
+    _note(fig, meta, bottom=0.33)
     fig.savefig(path, dpi=130)
     plt.close(fig)
 
@@ -1331,7 +1334,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decompose-tokens", default="1,256", help="token counts for (a')")
     ap.add_argument("--stem-suffix", default="", help="appended to the output file names")
     ap.add_argument("--smoke", action="store_true", help="CPU check of the script (no GPU)")
+    ap.add_argument(
+        "--replot", type=pathlib.Path, default=None, help="redraw the PNGs of a results JSON, exit"
+    )
     args = ap.parse_args(argv)
+    if args.replot:
+        res = json.loads(args.replot.read_text())
+        stem = args.replot.name.removesuffix(".json")
+        plot_all(res, args.replot.parent, stem)
+        return 0
     SMOKE = args.smoke
     t_start = time.monotonic()
     deadline = t_start + args.deadline_s if args.deadline_s else float("inf")
@@ -1511,14 +1522,18 @@ def main(argv: list[str] | None = None) -> int:
 
     save()
     log(f"wrote {out_json}")
-    for name, fn, key in (("block", plot_block, "rows"), ("eager", plot_eager, "rows")):
-        if key in result.get(name, {}):
+    plot_all(result, args.out, stem)
+    return 0
+
+
+def plot_all(result: dict[str, Any], out: pathlib.Path, stem: str) -> None:
+    for name, fn in (("block", plot_block), ("eager", plot_eager)):
+        if "rows" in result.get(name, {}):
             try:
-                fn(result, args.out / f"{stem}-{name}.png")
-                log(f"wrote {args.out / (stem + '-' + name + '.png')}")
+                fn(result, out / f"{stem}-{name}.png")
+                log(f"wrote {out / (stem + '-' + name + '.png')}")
             except Exception as e:  # a plot must not lose the JSON
                 log(f"plot {name} FAILED: {type(e).__name__}: {e}")
-    return 0
 
 
 if __name__ == "__main__":
