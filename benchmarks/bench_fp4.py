@@ -1370,7 +1370,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if SMOKE:
         cap = (12, 0)
-        gpu = "CPU smoke run (simulated SM120)"
+        gpu = "CPU smoke run (no GPU; measures nothing)"
     else:
         cap = torch.cuda.get_device_capability()
         gpu = torch.cuda.get_device_name()
