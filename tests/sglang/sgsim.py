@@ -276,6 +276,10 @@ class MoeBlock(__import__("torch").nn.Module):
     def __init__(self, hidden: int) -> None:
         import torch
 
+        # Registers sglang::moe_forward_piecewise_cuda_graph_impl.
+        import sglang.srt.layers.moe.fused_moe_triton.layer  # noqa: F401
+        import sglang.srt.layers.moe.moe_runner.flashinfer_trtllm  # noqa: F401
+
         super().__init__()
         self.gate = fp4_linear(hidden, hidden)
         self.scale = torch.empty(1, dtype=torch.float32, device="cuda")
@@ -286,8 +290,8 @@ class MoeBlock(__import__("torch").nn.Module):
         from sglang.srt.layers.moe.moe_runner import flashinfer_trtllm
 
         h = self.gate.quant_method.apply(self.gate, x)
-        weights = h[:, :2].float()
-        ids = h[:, :2].to(torch.int32)
+        weights = torch.zeros(h.shape[0], 2, dtype=torch.float32, device=h.device)
+        ids = torch.zeros(h.shape[0], 2, dtype=torch.int32, device=h.device)
         moe = torch.ops.sglang.moe_forward_piecewise_cuda_graph_impl(h, weights, ids, h, 0)
         q, sf = flashinfer_trtllm.quantize_hidden_states_fp4(moe, self.scale)
         return q

@@ -222,7 +222,8 @@ def test_nsa_indexer_does_not_trace_on_0_5_9(wheel_tree: Any) -> None:
     """Evidence for patch 0003: the 0.5.9 NSA indexer breaks fullgraph in extend mode."""
     result = run_sim(NSA_INDEXER, *trees_for(wheel_tree, "0.5.9", patched=False))
     assert not result["ok"], result
-    assert "item" in result["error"], result
+    # seq_lens_cpu.max().item() <= index_topk: a guard on a host value.
+    assert "data-dependent" in result["error"] or "item" in result["error"], result
 
 
 NSA_RUNNER = """
