@@ -219,6 +219,15 @@ def cases(version: str, capability: tuple[int, int]) -> list[Case]:
             x, ids, sc, w1, w2, BF16, qs, input_sf=xsf, use_deepseek_fp8_block_scale=True
         ),
     )
+    if VERSION >= (0, 6, 8):
+        add(
+            "cutlass-nvfp4-linear-input-sf",
+            "cutlass_fused_moe",
+            nvfp4_inputs,
+            lambda x, ids, sc, w1, w2, qs, xsf: cfm(
+                x, ids, sc, w1, w2, BF16, qs, input_sf=xsf, swizzled_input_sf=False
+            ),
+        )
 
     if capability[0] != 10:
         return out
@@ -233,11 +242,15 @@ def cases(version: str, capability: tuple[int, int]) -> list[Case]:
         out: tuple[int, int, torch.dtype] | None = None,
         ids_dtype: torch.dtype = I32,
     ) -> tuple:
-        sf = 16 if act == "nvfp4" else 32
+        sf = 16 if act.startswith("nvfp4") else 32
         if act == "nvfp4":
+            hs, hs_sf = cuda(tT, tH // 2, dtype=U8), cuda(tT, tH // 16, dtype=F8)
+        elif act == "nvfp4-flat-scale":  # SGLang 0.5.9 flattens the scales
             hs, hs_sf = cuda(tT, tH // 2, dtype=U8), cuda(tT * tH // 16, dtype=F8)
+        elif act == "nvfp4-no-scale":
+            hs, hs_sf = cuda(tT, tH // 2, dtype=U8), None
         elif act == "mxfp8":
-            hs, hs_sf = cuda(tT, tH, dtype=F8), cuda(tT * tH // 32, dtype=F8)
+            hs, hs_sf = cuda(tT, tH, dtype=F8), cuda(tT, tH // 32, dtype=F8)
         else:  # bf16 activations, mxfp4 weights
             hs, hs_sf = cuda(tT, tH), None
         # Routed: packed (score << 16 | expert id) top-k ids instead of logits.
@@ -265,6 +278,8 @@ def cases(version: str, capability: tuple[int, int]) -> list[Case]:
 
         def call(routing, rb, hs, hss, w1, w1s, w2, w2s, o1, o1g, o2, *out):  # type: ignore[no-untyped-def]
             kwargs = dict(kw)
+            if kwargs.pop("with_replay", False):  # the last input is routing_replay_out
+                *out, kwargs["routing_replay_out"] = out
             if out:
                 kwargs["output"] = out[0]
             if kwargs.pop("no_routing_bias", False):
@@ -384,6 +399,64 @@ def cases(version: str, capability: tuple[int, int]) -> list[Case]:
         lambda: trt_inputs(routed=True, ids_dtype=torch.long),
         trt_call(True, routing_method_type=R.Renormalize, no_routing_bias=True),
     )
+    # 0.6.8 asserts that the activation scales have num_tokens rows.
+    add(
+        "trtllm-nvfp4-flat-scale" + ("!" if VERSION >= (0, 6, 8) else ""),
+        "trtllm_fp4_block_scale_moe",
+        lambda: trt_inputs("nvfp4-flat-scale", out=full),
+        trt_call(False, routing_method_type=R.Renormalize, no_routing_bias=True),
+    )
+    add(
+        "trtllm-nvfp4-no-scale!",
+        "trtllm_fp4_block_scale_moe",
+        lambda: trt_inputs("nvfp4-no-scale"),
+        trt_call(False, routing_method_type=R.Renormalize, no_routing_bias=True),
+    )
+    if VERSION >= (0, 6, 8):
+        # routing_replay_out (int16 [num_tokens, top_k]) is written by the routing kernel.
+        def replay(dtype: torch.dtype = torch.int16, **kw: Any) -> Callable[[], tuple]:
+            return lambda: (*trt_inputs(**kw), cuda(tT, tK, dtype=dtype))
+
+        add(
+            "trtllm-nvfp4-replay-out",
+            "trtllm_fp4_block_scale_moe",
+            replay(out=full),
+            trt_call(
+                False,
+                routing_method_type=R.Renormalize,
+                no_routing_bias=True,
+                with_replay=True,
+                norm_topk_prob=False,
+            ),
+        )
+        add(
+            "trtllm-nvfp4-replay",
+            "trtllm_fp4_block_scale_moe",
+            replay(),
+            trt_call(
+                False, routing_method_type=R.DeepSeekV3, with_replay=True, n_group=4, topk_group=2
+            ),
+        )
+        add(
+            "trtllm-nvfp4-replay-no-finalize",
+            "trtllm_fp4_block_scale_moe",
+            replay(),
+            trt_call(
+                False,
+                routing_method_type=R.Renormalize,
+                no_routing_bias=True,
+                with_replay=True,
+                do_finalize=False,
+            ),
+        )
+        add(
+            "trtllm-replay-int32!",
+            "trtllm_fp4_block_scale_moe",
+            replay(dtype=I32),
+            trt_call(
+                False, routing_method_type=R.Renormalize, no_routing_bias=True, with_replay=True
+            ),
+        )
     return out
 
 
