@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import shutil
 
 import pytest
 
 from fp4graph import config
+from support.checkout import REPO, STACK, make_checkout
 
-HERE = pathlib.Path(__file__).parent
-REPO = HERE.parents[1]
-FIXTURE_PATCHES = HERE / "fixtures" / "patches"
-# The stack the engine tests build: both projects, small wheels.
-STACK = "sglang-0.5.9"
-
-
-def make_checkout(root: pathlib.Path, cache: pathlib.Path) -> config.Settings:
-    """A minimal fp4graph checkout at ``root``: stacks.toml, the fixture series, wheels/README."""
-    shutil.copytree(FIXTURE_PATCHES, root / "patches")
-    shutil.copy(REPO / "patches" / "stacks.toml", root / "patches" / "stacks.toml")
-    (root / "wheels").mkdir()
-    shutil.copy(REPO / "wheels" / "README.md", root / "wheels" / "README.md")
-    return config.Settings(repo=root, cache_dir=cache)
+__all__ = ["REPO", "STACK", "make_checkout", "snapshot"]
 
 
 @pytest.fixture(scope="session")

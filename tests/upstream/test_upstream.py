@@ -24,7 +24,7 @@ from fp4graph.carry import nearest_series_version, rebase
 from fp4graph.config import Settings
 from fp4graph.errors import PatchError
 from fp4graph.srcrepo import git
-from tests.engine.conftest import make_checkout
+from support.checkout import make_checkout
 
 HERE = pathlib.Path(__file__).parent
 FIXTURES = HERE / "fixtures"
