@@ -14,9 +14,9 @@ import pathlib
 import pytest
 import torch
 from sglang_cpu import PRELUDE, SGSIM_DIR
-from support.child import run_python, tail
 
 from fp4graph.integration import checkpoint
+from support.child import run_python, tail
 
 SMALL = checkpoint.TinyLlama(num_layers=1, hidden_size=256, intermediate_size=512, num_heads=2,
                              num_kv_heads=1, head_dim=128)
