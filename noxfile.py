@@ -55,7 +55,7 @@ def _install_test_env(session: nox.Session, torch: str = TORCH) -> None:
 def lint(session: nox.Session) -> None:
     """Check patches/ (series membership, DEP-3 headers) and our own code."""
     session.install(TORCH)
-    session.install("-e", ".", "ruff==0.17.6", "mypy==2.4.1")
+    session.install("-e", ".", "ruff==0.17.6", "mypy==2.4.1", "types-PyYAML", "safetensors", "tokenizers")
     session.run("python", "-m", "fp4graph", "lint")
     session.run("ruff", "check", "src", "tests", "noxfile.py")
     session.run("mypy")

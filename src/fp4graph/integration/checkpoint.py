@@ -204,7 +204,7 @@ def state_dict(spec: TinyLlama) -> dict[str, Any]:
 
 def write_tokenizer(out: pathlib.Path, spec: TinyLlama) -> None:
     """A byte-level BPE without merges: 256 byte tokens + BOS/EOS; no download."""
-    from tokenizers import (  # type: ignore[import-untyped]
+    from tokenizers import (
         Tokenizer,
         decoders,
         models,
