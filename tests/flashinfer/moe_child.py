@@ -732,6 +732,91 @@ def _allclose_float8() -> None:
     torch.allclose = allclose_  # type: ignore[assignment]
 
 
+def forward_all(version: str, only: list[str] | None) -> dict[str, Any]:
+    """Each op's real implementation calls the public function with exactly the
+    arguments the caller passed (enums as ints compare equal, quant_scales=None
+    comes back as None, tensors are the caller's objects)."""
+    import inspect
+
+    import flashinfer.fused_moe as pkg
+    from flashinfer.fused_moe import core
+    from torch._library.custom_ops import OPDEFS
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    entries = [
+        "cutlass_fused_moe",
+        "trtllm_fp4_block_scale_moe",
+        "trtllm_fp4_block_scale_routed_moe",
+    ]
+    originals = {e: getattr(core, e) for e in entries}
+    seen: list[dict[str, Any]] = []
+
+    def recorder(entry: str) -> Callable[..., Any]:
+        sig = inspect.signature(originals[entry])
+
+        def rec(*args: Any, **kwargs: Any) -> Any:
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            seen.append(dict(bound.arguments))
+            raise _Stop
+
+        return rec
+
+    class _Stop(Exception):
+        pass
+
+    class Capture(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func.namespace == "flashinfer":
+                seen.append({"op": func, "args": args, "kwargs": kwargs or {}})
+                raise _Stop
+            return func(*args, **(kwargs or {}))
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            return a is b
+        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+            return len(a) == len(b) and all(map(same, a, b))
+        return bool(a == b) and (a is None) == (b is None)
+
+    results: dict[str, Any] = {}
+    for e in entries:
+        setattr(pkg, e, recorder(e))
+    try:
+        case_list = cases(version, fi_child.CAPABILITY)
+    finally:
+        for e in entries:
+            setattr(pkg, e, originals[e])
+    for name, entry, build, call in case_list:
+        if name.endswith("!") or not _selected(name, only):
+            continue
+        with fake_mode():
+            args = build()
+            seen.clear()
+            try:
+                call(*args)  # the recorder: what the caller passed
+            except _Stop:
+                pass
+            user = seen.pop()
+            try:
+                with _compiling_flag(), Capture():
+                    originals[entry](**user)
+            except _Stop:
+                pass
+            cap = seen.pop()
+            setattr(core, entry, recorder(entry))
+            try:
+                OPDEFS[cap["op"]._schema.name]._init_fn(*cap["args"], **cap["kwargs"])
+            except _Stop:
+                pass
+            finally:
+                setattr(core, entry, originals[entry])
+            forwarded = seen.pop()
+        diff = sorted(k for k in user if not same(user[k], forwarded[k]))
+        results[name] = {"entry": entry, "op": cap["op"]._schema.name, "diff": diff}
+    return results
+
+
 def _cpu_tree(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return type(x)(_cpu_tree(v) for v in x)
@@ -786,6 +871,8 @@ def main(request_json: str) -> None:
             elif mode == "eager":
                 stub_kernels(req["tmp"])
                 res["eager"] = eager_all(req["version"], only)
+            elif mode == "forward":
+                res["forward"] = forward_all(req["version"], only)
             elif mode == "opcheck":
                 stub_kernels(req["tmp"])
                 res["opcheck"] = opcheck_all(req["version"], only)

@@ -22,6 +22,8 @@ importing flashinfer and warming Dynamo up is most of a child's cost.
   matches any size.
 - opcheck: ``torch.library.opcheck`` of every op on CPU tensors (a CPU kernel
   registered in the child runs the real implementation, kernels stubbed).
+- forward: each op's real implementation calls the public function with exactly
+  the arguments the caller gave it (the enum/None conversions round-trip).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+
 from conftest import REPO, series_versions
 from support.child import run_python, tail
 
@@ -64,7 +67,10 @@ ALL_OPS = CUTLASS_OPS | {
 # must equal the patched tree's eager.
 CHILDREN: dict[tuple[str, bool], dict[str, Any]] = {
     ("sm120", True): {"modes": ["trace", "eager"], "dynamic": [False, True]},
-    ("sm100", True): {"modes": ["trace", "eager", "opcheck"], "dynamic": [False, True]},
+    ("sm100", True): {
+        "modes": ["trace", "eager", "opcheck", "forward"],
+        "dynamic": [False, True],
+    },
     ("sm120", False): {"modes": ["trace"], "dynamic": [False]},
     ("sm100", False): {"modes": ["trace", "eager"], "dynamic": [False]},
 }
@@ -187,3 +193,12 @@ def test_opcheck(moe_results, version: str) -> None:
             bad[name] = failed
     assert not bad, json.dumps(bad, indent=1)[:4000]
     assert {rec["op"] for rec in cases.values()} == ALL_OPS
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_real_implementation_forwards_every_argument(moe_results, version: str) -> None:
+    cases = moe_results[(version, "sm100", True)]["forward"]
+    assert len(cases) >= 15
+    bad = {name: rec["diff"] for name, rec in cases.items() if rec["diff"]}
+    assert not bad, bad
+    assert {rec["op"].split("::")[1] for rec in cases.values()} == ALL_OPS
