@@ -129,6 +129,13 @@ def install(gpu: SimulatedGpu = SM120, *, device_count: int = 1) -> None:
     def current_device() -> int:
         return 0
 
+    def exchange_device(device: int) -> int:
+        # `with torch.cuda.device(i)`: the previous device (or -1 for a no-op).
+        return -1 if device < 0 else 0
+
+    def is_current_stream_capturing() -> bool:
+        return False
+
     torch.version.cuda = gpu.cuda_version
     torch.cuda.get_device_capability = get_device_capability
     torch.cuda.get_device_properties = get_device_properties  # type: ignore[assignment]
@@ -136,3 +143,6 @@ def install(gpu: SimulatedGpu = SM120, *, device_count: int = 1) -> None:
     torch.cuda.is_available = is_available
     torch.cuda.device_count = get_device_count
     torch.cuda.current_device = current_device
+    torch.cuda._exchange_device = exchange_device
+    torch.cuda._maybe_exchange_device = exchange_device
+    torch.cuda.is_current_stream_capturing = is_current_stream_capturing
