@@ -120,6 +120,13 @@ def cases(version: str, capability: tuple[int, int]) -> list[Case]:
         lambda x, g: q(x, g, 16, False, False),
     )
     add("fp4_quantize-no-global-scale", "fp4_quantize", lambda: (cuda(128, 256),), lambda x: q(x))
+    if _has_param(q, "backend"):  # 0.6.8+: backend="cuda" (default) | "cute-dsl"
+        add(
+            "fp4_quantize-backend-cuda",
+            "fp4_quantize",
+            lambda: (cuda(37, 512), gscale()),
+            lambda x, g: q(x, g, backend="cuda"),
+        )
 
     nq = fi.nvfp4_quantize
     L = fi.SfLayout
@@ -136,6 +143,12 @@ def cases(version: str, capability: tuple[int, int]) -> list[Case]:
         lambda x, g: nq(x, g, L.layout_8x4),
     )
     add(
+        "nvfp4_quantize-linear",
+        "nvfp4_quantize",
+        lambda: (cuda(100, 256), gscale()),
+        lambda x, g: nq(x, g, L.layout_linear),
+    )
+    add(
         "nvfp4_quantize-shuffle",
         "nvfp4_quantize",
         lambda: (cuda(256, 256), gscale()),
@@ -147,6 +160,13 @@ def cases(version: str, capability: tuple[int, int]) -> list[Case]:
         lambda: (cuda(128, 512),),
         lambda x: fi.mxfp4_quantize(x),
     )
+    if _has_param(fi.mxfp4_quantize, "backend"):  # 0.6.7+
+        add(
+            "mxfp4_quantize-backend-cuda",
+            "mxfp4_quantize",
+            lambda: (cuda(100, 512),),
+            lambda x: fi.mxfp4_quantize(x, backend="cuda"),
+        )
 
     bsi = fi.block_scale_interleave
     u8 = torch.uint8
@@ -207,6 +227,8 @@ def cases(version: str, capability: tuple[int, int]) -> list[Case]:
     backends = ["cutlass", "cudnn", "auto"]
     if capability[0] == 10:
         backends.append("trtllm")
+        if fi.mm_fp4.has_backend("cute-dsl"):  # 0.6.7+, SM100/103 only
+            backends.append("cute-dsl")
     for backend in backends:
         add(
             f"mm_fp4-{backend}",
@@ -220,7 +242,22 @@ def cases(version: str, capability: tuple[int, int]) -> list[Case]:
         mm_inputs,
         lambda a, b, sa, sb, al: fi.mm_fp4(a, b, sa, sb, al, torch.float16, backend="cutlass"),
     )
+    if _has_param(fi.mm_fp4, "enable_pdl"):  # 0.6.7+
+        add(
+            "mm_fp4-cutlass-nopdl",
+            "mm_fp4",
+            mm_inputs,
+            lambda a, b, sa, sb, al: fi.mm_fp4(
+                a, b, sa, sb, al, BF16, backend="cutlass", enable_pdl=False
+            ),
+        )
     return out
+
+
+def _has_param(fn: Callable[..., Any], name: str) -> bool:
+    import inspect
+
+    return name in inspect.signature(inspect.unwrap(fn)).parameters
 
 
 def _pad(x: int, y: int) -> int:
@@ -285,6 +322,7 @@ def _direct_op(entry: str, call: Callable[..., Any], args: tuple) -> Any:
 
 
 CAPABILITY: tuple[int, int] = (12, 0)
+NVCC_VERSION = "12.9"
 
 
 class _StubModule:
@@ -305,12 +343,14 @@ def stub_jit(tmp: str) -> list[str]:
     import os
 
     os.environ["FLASHINFER_WORKSPACE_BASE"] = tmp
-    os.environ.setdefault("FLASHINFER_NVCC_VERSION", "12.8")
+    # A CUDA 12.9 toolkit beside the simulated CUDA 12.8 build of torch: from
+    # 0.6.7 on, FlashInfer builds SM12x only with nvcc >= 12.9 (compute_120f).
+    os.environ.setdefault("FLASHINFER_NVCC_VERSION", NVCC_VERSION)
     from flashinfer.jit import core
 
     built: list[str] = []
 
-    def build(self: Any, verbose: bool, need_lock: bool = True) -> None:
+    def build(self: Any, *args: Any, **kwargs: Any) -> None:
         built.append(self.name)
 
     # nvfp4_quantize / mxfp4_quantize call .cuda() on their inputs, which a CPU
@@ -321,20 +361,52 @@ def stub_jit(tmp: str) -> list[str]:
         return self if self.device.type == "cuda" else to_cuda(self, *args, **kwargs)
 
     torch.Tensor.cuda = cuda_  # type: ignore[method-assign]
-    core.JitSpec.build = build
-    core.JitSpec.load = lambda self, so_path: _StubModule()
-    core.JitSpec.is_aot = property(lambda self: False)
+
+    # Python indexing of a fake CUDA tensor needs a CUDA build of torch (a device
+    # guard); 0.6.7+ return ``out_sf[:size]``.  aten.slice is the same view.
+    getitem = torch.Tensor.__getitem__
+
+    def getitem_(self: torch.Tensor, idx: Any) -> Any:
+        if self.device.type == "cuda" and isinstance(idx, slice) and idx.step in (None, 1):
+            start = 0 if idx.start is None else idx.start
+            stop = sys.maxsize if idx.stop is None else idx.stop
+            return torch.ops.aten.slice.Tensor(self, 0, start, stop)
+        return getitem(self, idx)
+
+    torch.Tensor.__getitem__ = getitem_  # type: ignore[method-assign]
+    # JitSpec (0.6.x) or its subclasses (0.7.x: JitSpecNvcc, ..., with try_load).
+    classes = [core.JitSpec]
+    for cls in classes:
+        classes.extend(c for c in cls.__subclasses__() if c not in classes)
+    for cls in classes:
+        if "build" in vars(cls):
+            cls.build = build
+        if "load" in vars(cls):
+            cls.load = lambda self, *a, **k: _StubModule()
+        if "try_load" in vars(cls):
+            cls.try_load = lambda self: None
+        if "is_aot" in vars(cls):
+            cls.is_aot = property(lambda self: False)
     # trtllm-gen modules download cubins and checksums at spec generation.
     import flashinfer.fused_moe.core  # noqa: F401
     import flashinfer.gemm.gemm_base  # noqa: F401
 
+    # (0.6.3: get_cubin; 0.6.7+: get_artifact, export headers, symlinks).
+    stubs: dict[str, Callable[..., Any]] = {
+        "get_cubin": lambda *a, **k: b"0" * 64 + b" flashinferMetaInfo.h\n",
+        "get_artifact": lambda *a, **k: b"0" * 64 + b" flashinferMetaInfo.h\n",
+        "get_meta_hash": lambda *a, **k: "0" * 64,
+        "setup_cubin_loader": lambda *a, **k: None,
+        "ensure_symlink": lambda *a, **k: None,
+        "verify_symlinked_headers": lambda *a, **k: None,
+        "write_filtered_metainfo": lambda *a, **k: None,  # 0.7.x trtllm-gen MoE
+    }
     for mod_name, mod in list(sys.modules.items()):
         if not mod_name.startswith("flashinfer") or mod is None:
             continue
-        if hasattr(mod, "get_cubin"):
-            mod.get_cubin = lambda *a, **k: b"0" * 64 + b" flashinferMetaInfo.h\n"
-        if hasattr(mod, "setup_cubin_loader"):
-            mod.setup_cubin_loader = lambda *a, **k: None
+        for attr, stub in stubs.items():
+            if hasattr(mod, attr):
+                setattr(mod, attr, stub)
     return built
 
 
@@ -544,9 +616,49 @@ def _quoted_module(msg: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _fp4_module_getter() -> Callable[..., Any]:
+    """get_fp4_quantization_module, wherever this version defines it (0.6.7 moved
+    it to flashinfer.quantization.fp4_quantization; flashinfer.fp4_quantization
+    re-exports it)."""
+    import flashinfer.fp4_quantization as fq
+
+    return fq.get_fp4_quantization_module
+
+
+def arch_check(built: list[str]) -> dict[str, Any]:
+    """Which fp4 module and target archs a build picks, by the nvcc version
+    (FLASHINFER_NVCC_VERSION) against the simulated torch.version.cuda (12.8)."""
+    import os
+
+    from flashinfer.jit import core, cpp_ext
+
+    out: dict[str, Any] = {"torch_cuda": torch.version.cuda}
+    getter = _fp4_module_getter()
+    arch = f"{CAPABILITY[0]}{CAPABILITY[1]}"
+    for nvcc in ("12.8", "12.9"):
+        os.environ["FLASHINFER_NVCC_VERSION"] = nvcc
+        if hasattr(cpp_ext, "get_nvcc_version"):
+            cpp_ext.get_nvcc_version.cache_clear()
+        ctx = type(core.current_compilation_context)()
+        rec: dict[str, Any] = {
+            "target_archs": sorted(f"{a}{b}" for a, b in ctx.TARGET_CUDA_ARCHS)
+        }
+        n = len(built)
+        try:
+            getter.__wrapped__(arch)
+            rec["module"] = built[n:]
+        except Exception as e:
+            rec["error"] = f"{type(e).__name__}: {e}"[:200]
+        out[f"nvcc={nvcc}"] = rec
+    os.environ["FLASHINFER_NVCC_VERSION"] = NVCC_VERSION
+    if hasattr(cpp_ext, "get_nvcc_version"):
+        cpp_ext.get_nvcc_version.cache_clear()
+    return out
+
+
 def jit_error_check() -> dict[str, Any]:
     """Reaching a JIT getter while Dynamo traces gives the clear RuntimeError."""
-    from flashinfer.fp4_quantization import get_fp4_quantization_module
+    get_fp4_quantization_module = _fp4_module_getter()
 
     out: dict[str, Any] = {}
 
@@ -587,16 +699,50 @@ def jit_error_check() -> dict[str, Any]:
     return out
 
 
+def _spy_subprocesses() -> list[str]:
+    """Record every subprocess started from now on (nvcc, which nvcc, ...)."""
+    import subprocess
+
+    calls: list[str] = []
+    real_init = subprocess.Popen.__init__
+
+    def init(self: Any, args: Any, *a: Any, **k: Any) -> None:
+        calls.append(" ".join(map(str, args)) if isinstance(args, (list, tuple)) else str(args))
+        real_init(self, args, *a, **k)
+
+    subprocess.Popen.__init__ = init  # type: ignore[method-assign]
+    return calls
+
+
 def main(request_json: str) -> None:
     global CAPABILITY
+    import os
+
     req = json.loads(request_json)
     gpu = simulate.GPUS[req["gpu"]]
     CAPABILITY = gpu.capability
     simulate.install(gpu)
+    if torch.cuda._maybe_exchange_device is torch.cuda._exchange_device:
+        # Dynamo keys its torch.cuda handlers by function and asserts that these
+        # two differ; give the simulated one its own function object.
+        exchange = torch.cuda._exchange_device
+        torch.cuda._maybe_exchange_device = lambda device: exchange(device)
+    if req["mode"] == "import":
+        os.environ.pop("FLASHINFER_NVCC_VERSION", None)
+        os.environ["FLASHINFER_WORKSPACE_BASE"] = req["tmp"]
+        calls = _spy_subprocesses()
     import flashinfer
 
     res: dict[str, Any] = {"version": flashinfer.__version__}
     try:
+        if req["mode"] == "import":
+            res["import_subprocesses"] = list(calls)
+            import inspect
+
+            import flashinfer.compilation_context as cc
+
+            # Does CompilationContext() ask for the CUDA version (at import)?
+            res["arch_at_import"] = "is_cuda_version_at_least" in inspect.getsource(cc)
         if req["mode"] == "trace":
             res["cases"] = trace_all(
                 req["version"], req["patched"], req["dynamic"], req.get("only")
@@ -611,8 +757,9 @@ def main(request_json: str) -> None:
             built = stub_jit(req["tmp"])
             names = flashinfer.fp4_warmup(torch.device("cuda", 0))
             again = flashinfer.fp4_warmup()
-            res["warmup"] = {"names": names, "built": built, "again": again}
+            res["warmup"] = {"names": names, "built": list(built), "again": again}
             res["jit_error"] = jit_error_check()
+            res["arch"] = arch_check(built)
     except Exception:
         res["crash"] = traceback.format_exc()
     print("RESULT:" + json.dumps(res))

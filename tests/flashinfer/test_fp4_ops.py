@@ -63,6 +63,7 @@ EAGER_UNRUNNABLE = {
     "mm_fp4-cudnn": "cuDNN (nvidia-cudnn-frontend) is not installed for the CPU suite",
     "mm_fp4-auto": "backend='auto' probes cuDNN, not installed for the CPU suite",
     "nvfp4_quantize-shuffle": "the shuffle row indices are built on the real CUDA device",
+    "mm_fp4-cute-dsl": "the CuTe-DSL backend needs nvidia-cutlass-dsl, not installed for the CPU suite",
 }
 
 CALLS_DOT_CUDA = {"nvfp4_quantize", "mxfp4_quantize"}
@@ -208,14 +209,49 @@ def test_warmup_and_clear_jit_error(child, version: str, gpu: str) -> None:
     names = warm["names"]
     assert names == warm["built"], warm
     arch = "120" if gpu == "sm120" else "100"
-    assert f"fp4_quantization_{arch}" in names
+    # The children build with nvcc 12.9 (FLASHINFER_NVCC_VERSION); versions
+    # with an SM12x family module (0.6.7+) pick fp4_quantization_120f there.
+    fp4_module = f"fp4_quantization_{arch}"
+    if gpu == "sm120" and data["arch"]["nvcc=12.9"].get("module") == ["fp4_quantization_120f"]:
+        fp4_module = "fp4_quantization_120f"
+    assert fp4_module in names, names
     assert any(n.startswith("fp4_gemm_cutlass") for n in names)
     assert any(n.startswith("fused_moe") for n in names)
     # A second warm-up loads nothing new and reports the cached getters.
     assert len(warm["again"]) == len(names)
     err = data["jit_error"]
-    assert err["flag_module"] == f"fp4_quantization_{arch}"
+    assert err["flag_module"] in (f"fp4_quantization_{arch}", fp4_module), err
     assert "flashinfer.fp4_warmup(device)" in err["flag"]
     for key in ("traced-nvcc=None", "traced-nvcc=12.8"):
         assert err[key]["names_warmup"], err[key]
         assert err[key]["module"], err[key]
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_import_runs_no_subprocess(child, version: str, gpu: str) -> None:
+    """`import flashinfer` must not run nvcc (nor `which nvcc`): 0.6.7+ resolve
+    the SM12x arch suffix with is_cuda_version_at_least("12.9") at import."""
+    patched = child(version, gpu, True, "import")["import_subprocesses"]
+    assert patched == [], patched
+    pristine = child(version, gpu, False, "import")
+    if gpu == "sm120" and pristine["arch_at_import"]:
+        # Pristine 0.6.7+ runs nvcc at import on SM12x (CompilationContext).
+        assert any("nvcc" in c for c in pristine["import_subprocesses"]), pristine
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_arch_choice_reads_nvcc(child, version: str) -> None:
+    """The SM12x arch suffix, the fp4 module choice and the compile flags read one
+    source, the nvcc version, whatever torch.version.cuda says (12.8 here)."""
+    arch = child(version, "sm120", True, "warmup")["arch"]
+    assert arch["torch_cuda"] == "12.8"
+    at_129 = arch["nvcc=12.9"]
+    if at_129.get("module") != ["fp4_quantization_120f"]:
+        assert at_129.get("module") == ["fp4_quantization_120"], arch
+        pytest.skip(f"{version} has no SM12x family (120f) fp4 module")
+    assert at_129["target_archs"] == ["120f"], arch
+    # nvcc 12.8 cannot build compute_120f: no 120f module, no 120f target.
+    at_128 = arch["nvcc=12.8"]
+    assert "120f" not in at_128["target_archs"], arch
+    assert at_128.get("module") != ["fp4_quantization_120f"], arch
