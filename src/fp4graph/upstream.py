@@ -280,11 +280,41 @@ def read_template(tree: pathlib.Path, project: str) -> tuple[str, str]:
 # --- tests the patches add -------------------------------------------------------
 
 
+# What flashinfer's build_backend.py links into flashinfer/data/ for an editable
+# install; the JIT reads its sources from there.
+FLASHINFER_DATA_LINKS = {
+    "cutlass": "3rdparty/cutlass",
+    "spdlog": "3rdparty/spdlog",
+    "cccl": "3rdparty/cccl",
+    "csrc": "csrc",
+    "include": "include",
+}
+
+
+def link_flashinfer_data(root: pathlib.Path) -> None:
+    """Lay out flashinfer/data/ as an editable install does (git-ignored in the repo)."""
+    data = root / "flashinfer" / "data"
+    data.mkdir(exist_ok=True)
+    for name, source in FLASHINFER_DATA_LINKS.items():
+        link = data / name
+        if (root / source).exists() and not link.exists():
+            link.symlink_to(root / source, target_is_directory=True)
+    exclude = root / ".git" / "info" / "exclude"
+    if not (root / ".git").is_dir():
+        return
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    known = exclude.read_text() if exclude.exists() else ""
+    if "/flashinfer/data/" not in known.splitlines():
+        exclude.write_text(known + "/flashinfer/data/\n")
+
+
 def run_added_tests(
     repo: SourceRepo, series: Series, python: str, timeout: int
 ) -> list[TestRun]:
     """Run each test file the series adds or changes, with ``python``, on this machine."""
     project = repo.project
+    if project == "flashinfer-python":
+        link_flashinfer_data(repo.path)
     paths = sorted({f for p in series.patches for f in p.files if TEST_FILE[project].match(f)})
     runs = []
     probe = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
