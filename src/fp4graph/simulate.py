@@ -129,8 +129,12 @@ def install(gpu: SimulatedGpu = SM120, *, device_count: int = 1) -> None:
     def current_device() -> int:
         return 0
 
+    # `with torch.cuda.device(i)`: the previous device (-1 for a no-op).  Two
+    # distinct functions: Dynamo registers a handler per function object.
     def exchange_device(device: int) -> int:
-        # `with torch.cuda.device(i)`: the previous device (or -1 for a no-op).
+        return -1 if device < 0 else 0
+
+    def maybe_exchange_device(device: int) -> int:
         return -1 if device < 0 else 0
 
     def is_current_stream_capturing() -> bool:
@@ -144,5 +148,5 @@ def install(gpu: SimulatedGpu = SM120, *, device_count: int = 1) -> None:
     torch.cuda.device_count = get_device_count
     torch.cuda.current_device = current_device
     torch.cuda._exchange_device = exchange_device
-    torch.cuda._maybe_exchange_device = exchange_device
+    torch.cuda._maybe_exchange_device = maybe_exchange_device
     torch.cuda.is_current_stream_capturing = is_current_stream_capturing
