@@ -860,6 +860,11 @@ def main(request_json: str) -> None:
     gpu = simulate.GPUS[req["gpu"]]
     fi_child.CAPABILITY = gpu.capability
     simulate.install(gpu)
+    if torch.cuda._maybe_exchange_device is torch.cuda._exchange_device:
+        # simulate.install() (e625324) gives both the same function; Dynamo keys its
+        # torch.cuda handlers by function and asserts they differ.
+        exchange = torch.cuda._exchange_device
+        torch.cuda._maybe_exchange_device = lambda device: exchange(device)
     import flashinfer
 
     res: dict[str, Any] = {"version": flashinfer.__version__}
