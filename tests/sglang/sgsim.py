@@ -101,7 +101,7 @@ def _cpu_import_shims() -> None:
         torch.library.register_fake = _register_fake
     if "torchvision" in stubbed:
         auto = importlib.import_module("transformers.models.auto.image_processing_auto")
-        setattr(sys.modules["transformers"], "AutoImageProcessor", auto.AutoImageProcessor)
+        sys.modules["transformers"].AutoImageProcessor = auto.AutoImageProcessor
 
 
 def prepare(gpu: str = "sm120") -> None:
@@ -126,7 +126,6 @@ def fp4_linear(in_features: int, out_features: int) -> Any:
     own ``process_weights_after_loading``.  Call under :func:`fake_mode`.
     """
     import torch
-
     from sglang.srt.layers.quantization.modelopt_quant import (
         ModelOptFp4Config,
         ModelOptFp4LinearMethod,
@@ -203,15 +202,15 @@ def trace(module: Any, *args: Any) -> dict[str, Any]:
     ``split_graph`` cuts it into (``split`` marks the split-op pieces).
     """
     import torch
-    from torch._dynamo.utils import counters
-
-    from fp4graph import simulate
+    from sglang.srt.compilation import compile as sglang_compile
     from sglang.srt.compilation.backend import split_graph
     from sglang.srt.compilation.compilation_config import CompilationConfig
-    from sglang.srt.compilation import compile as sglang_compile
     from sglang.srt.compilation.piecewise_context_manager import (
         enable_piecewise_cuda_graph,
     )
+    from torch._dynamo.utils import counters
+
+    from fp4graph import simulate
 
     config = CompilationConfig([1, 2, 4], "eager")
     graphs: list[list[dict[str, Any]]] = []
@@ -274,11 +273,10 @@ class MoeBlock(__import__("torch").nn.Module):
     """
 
     def __init__(self, hidden: int) -> None:
-        import torch
-
         # Registers sglang::moe_forward_piecewise_cuda_graph_impl.
         import sglang.srt.layers.moe.fused_moe_triton.layer  # noqa: F401
         import sglang.srt.layers.moe.moe_runner.flashinfer_trtllm  # noqa: F401
+        import torch
 
         super().__init__()
         self.gate = fp4_linear(hidden, hidden)
@@ -286,7 +284,6 @@ class MoeBlock(__import__("torch").nn.Module):
 
     def forward(self, x: Any) -> Any:
         import torch
-
         from sglang.srt.layers.moe.moe_runner import flashinfer_trtllm
 
         h = self.gate.quant_method.apply(self.gate, x)
@@ -329,9 +326,8 @@ def meta(t: Any) -> list[Any]:
 
 def compare_fake_with_real(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Run each case through flashinfer (no-op kernel) and sglang's fake."""
-    import torch
-
     import flashinfer
+    import torch
     from sglang.srt.layers.quantization import fp4_utils
 
     stub_flashinfer_fp4_kernels()
