@@ -9,6 +9,8 @@ from __future__ import annotations
 import calendar
 import contextlib
 import dataclasses
+import hashlib
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -16,14 +18,14 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 
-from . import __version__
+from . import __version__, apply, repack, trees
 from .config import Settings
 from .fetch import fetch, sha256_of
 from .index import write_index, write_metadata_files
 from .log import log
 from .repack import pack
 from .series import Series, load_series
-from .stacks import Artifact, Catalog, load
+from .stacks import Artifact, ArtifactFile, Catalog, load
 from .trees import build_tree
 
 # Zip timestamps of a series without a Last-Update date (2026-01-01).
@@ -45,16 +47,56 @@ def source_date_epoch(series: Series) -> int:
     return calendar.timegm(day.timetuple()) if day else DEFAULT_EPOCH
 
 
+def _engine_digest() -> str:
+    """What else decides a wheel's bytes: the engine code that builds it and ``wheel``."""
+    h = hashlib.sha256(importlib.metadata.version("wheel").encode())
+    for module in (apply, repack, trees):
+        h.update(pathlib.Path(str(module.__file__)).read_bytes())
+    return h.hexdigest()
+
+
+def _build_key(artifact: Artifact, pinned: ArtifactFile, series: Series) -> str:
+    parts = [pinned.sha256, series.digest, artifact.patched_version, str(source_date_epoch(series))]
+    return hashlib.sha256("\0".join([*parts, _engine_digest()]).encode()).hexdigest()[:32]
+
+
+def _build_wheel(
+    settings: Settings, artifact: Artifact, pinned: ArtifactFile, series: Series, work: pathlib.Path
+) -> pathlib.Path:
+    """The patched wheel for ``pinned``, from the build cache or built into it.
+
+    Builds are reproducible, so a wheel built from the same inputs by the same
+    engine is reused byte for byte.
+    """
+    cached = settings.cache_dir / "built" / _build_key(artifact, pinned, series)
+    wheels = sorted(cached.glob("*.whl"))
+    if len(wheels) == 1:
+        recorded = wheels[0].with_name(wheels[0].name + ".sha256")
+        if recorded.exists() and recorded.read_text().strip() == sha256_of(wheels[0]):
+            return wheels[0]
+        log(f"rebuild {wheels[0].name}: the cached copy does not match its recorded sha256")
+        shutil.rmtree(cached)
+    wheel = fetch(settings, artifact.project, pinned)
+    tree = pathlib.Path(tempfile.mkdtemp(dir=work, prefix="tree-"))
+    build_tree(artifact, pinned, wheel, series, tree)
+    staging = pathlib.Path(tempfile.mkdtemp(dir=work, prefix="built-"))
+    result = pack(tree, staging, source_date_epoch(series))
+    shutil.rmtree(tree)
+    result.with_name(result.name + ".sha256").write_text(sha256_of(result) + "\n")
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        staging.rename(cached)  # a concurrent build may have won; either is the same
+    return cached / result.name
+
+
 def _build_artifact(
     settings: Settings, artifact: Artifact, series: Series, out: pathlib.Path, work: pathlib.Path
 ) -> list[BuiltWheel]:
     built = []
     for pinned in artifact.files:
-        wheel = fetch(settings, artifact.project, pinned)
-        tree = pathlib.Path(tempfile.mkdtemp(dir=work, prefix="tree-"))
-        build_tree(artifact, pinned, wheel, series, tree)
-        result = pack(tree, out, source_date_epoch(series))
-        shutil.rmtree(tree)
+        source = _build_wheel(settings, artifact, pinned, series, work)
+        result = out / source.name
+        shutil.copyfile(source, result)
         log(f"built {result.name}")
         built.append(BuiltWheel(result.name, sha256_of(result), pinned.filename, pinned.sha256))
     return built

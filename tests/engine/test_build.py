@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import email.parser
 import json
 import pathlib
@@ -139,9 +140,10 @@ def test_interrupted_build_leaves_wheels_as_they_were(
         return real_pack(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(build, "pack", pack_then_interrupt)
-    # A changed series would change the wheels; the interrupted build must not show.
-    patch = checkout.patches_dir / "sglang/0.5.9/0001-add-fixture-marker.patch"
-    patch.write_text(patch.read_text().replace("Last-Update: 2026-11-29", "Last-Update: 2026-11-30"))
+    # Changed series change the wheels (and miss the build cache); the interrupted
+    # build must not show.
+    for patch in checkout.patches_dir.glob("*/*/0001-add-fixture-marker.patch"):
+        patch.write_text(patch.read_text().replace("Last-Update: 2026-11-29", "Last-Update: 2026-11-30"))
     with pytest.raises(KeyboardInterrupt):
         build.build(checkout, [STACK])
     assert snapshot(checkout.wheels_dir) == before
@@ -170,3 +172,29 @@ def test_reports_survive_a_rebuild(built: Settings) -> None:
     report.write_text("[]\n")
     build.build(built, [STACK])
     assert report.read_text() == "[]\n"
+
+
+def test_build_cache_reuses_identical_bytes_and_rejects_tampering(
+    checkout: Settings, shared_cache: pathlib.Path, tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its own cache (upstream files copied from the shared one): this test tampers with it.
+    checkout = dataclasses.replace(
+        checkout, cache_dir=tmp_path / "cache", find_links=(shared_cache / "artifacts",)
+    )
+    build.build(checkout, [STACK])
+    first = snapshot(checkout.wheels_dir)
+
+    def no_pack(*args: object, **kwargs: object) -> pathlib.Path:
+        raise AssertionError("a cached wheel was rebuilt")
+
+    monkeypatch.setattr(build, "pack", no_pack)
+    build.build(checkout, [STACK])
+    assert snapshot(checkout.wheels_dir) == first
+
+    # A cached wheel that no longer matches its recorded hash is rebuilt, not served.
+    cached = next((checkout.cache_dir / "built").glob(f"*/{FI}"))
+    cached.write_bytes(b"tampered")
+    monkeypatch.undo()
+    build.build(checkout, [STACK])
+    assert snapshot(checkout.wheels_dir) == first
