@@ -47,7 +47,8 @@ def _install_patched(session: nox.Session, stack: str, *, project: str | None = 
 
 def _install_test_env(session: nox.Session, torch: str = TORCH) -> None:
     session.install(torch)
-    session.install("-e", ".[test]", *_test_requirements())
+    # The pin again, so no test requirement can move torch off it.
+    session.install("-e", ".[test]", *_test_requirements(), torch)
     session.run("python", "-c", "import torch; print('torch', torch.__version__)")
 
 
