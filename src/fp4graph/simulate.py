@@ -141,6 +141,11 @@ def install(gpu: SimulatedGpu = SM120, *, device_count: int = 1) -> None:
         return False
 
     torch.version.cuda = gpu.cuda_version
+    # A fake CUDA tensor initialises the real CUDA context when torch believes
+    # one exists (CUDA builds of torch, e.g. the stacks' own pins): skip that.
+    from torch._subclasses import fake_tensor
+
+    fake_tensor.init_gpu_context = lambda device: None
     torch.cuda.get_device_capability = get_device_capability
     torch.cuda.get_device_properties = get_device_properties  # type: ignore[assignment]
     torch.cuda.get_device_name = get_device_name
