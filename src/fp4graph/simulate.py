@@ -145,7 +145,7 @@ def install(gpu: SimulatedGpu = SM120, *, device_count: int = 1) -> None:
     # one exists (CUDA builds of torch, e.g. the stacks' own pins): skip that.
     from torch._subclasses import fake_tensor
 
-    fake_tensor.init_gpu_context = lambda device: None
+    fake_tensor.init_gpu_context = lambda device: None  # type: ignore[assignment]
     torch.cuda.get_device_capability = get_device_capability
     torch.cuda.get_device_properties = get_device_properties  # type: ignore[assignment]
     torch.cuda.get_device_name = get_device_name
