@@ -244,8 +244,10 @@ def test_warmup_and_clear_jit_error(child, version: str, gpu: str) -> None:
 def test_import_runs_no_subprocess(child, version: str, gpu: str) -> None:
     """`import flashinfer` must not run nvcc (nor `which nvcc`): 0.6.7+ resolve
     the SM12x arch suffix with is_cuda_version_at_least("12.9") at import."""
+    # Only the toolkit matters here: apache-tvm-ffi builds its own DLPack addon at
+    # import on CUDA builds of torch (the stacks' pins), which is not flashinfer's doing.
     patched = child(version, gpu, True, "import")["import_subprocesses"]
-    assert patched == [], patched
+    assert [c for c in patched if "nvcc" in c] == [], patched
     pristine = child(version, gpu, False, "import")
     if gpu == "sm120" and pristine["arch_at_import"]:
         # Pristine 0.6.7+ runs nvcc at import on SM12x (CompilationContext).
