@@ -5,9 +5,10 @@ index, each patch of the nearest series (the highest series version <= the relea
 else the lowest) is classified, in series order:
 
 - ``upstream``: ``git apply -R --check`` succeeds (the release already has the patch);
-- ``superseded``: the same fix is detected in the release (see ``UPSTREAM_FIXES``);
 - ``applies``: ``git apply --check`` succeeds (then it is applied, so the next patch
   is checked on top of it, as the series is built);
+- ``superseded``: it does not apply, and the same fix is detected in the release (see
+  ``UPSTREAM_FIXES``);
 - ``conflicts``: neither;
 - ``unchecked``: every file it touches lies outside the release's wheel (upstream
   tests, docs).
@@ -431,14 +432,15 @@ def classify_release(
         if _git_apply(tree, diff, "-R", "--check").returncode == 0:
             cells.append(cell("upstream", "git apply -R --check succeeds: the release has it"))
             continue
+        forward = _git_apply(tree, diff, "--check")
+        if forward.returncode == 0:
+            # Still applies: still wanted, whatever upstream did beside it.
+            _git_apply(tree, diff)
+            cells.append(cell("applies", "git apply --check succeeds"))
+            continue
         covering = [f for f in fixes if f.covers.search(patch.subject + "\n" + patch.diff)]
         if covering:
             cells.append(cell("superseded", "; ".join(f.what for f in covering)))
-            continue
-        forward = _git_apply(tree, diff, "--check")
-        if forward.returncode == 0:
-            _git_apply(tree, diff)
-            cells.append(cell("applies", "git apply --check succeeds"))
             continue
         after = f" (after {', '.join(blocked)} did not apply)" if blocked else ""
         cells.append(cell("conflicts", _why(forward.stderr) + after))
