@@ -28,17 +28,9 @@ MODULE_COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _repo_root() -> pathlib.Path:
-    here = pathlib.Path.cwd()
-    for candidate in (here, *here.parents):
-        if (candidate / "patches" / "stacks.toml").is_file():
-            return candidate
-    raise Fp4graphError(f"{here}: not inside an fp4graph checkout (no patches/stacks.toml)")
-
-
 def settings_from_args(args: argparse.Namespace) -> config.Settings:
     """Settings from the environment, with --index-url / --find-links applied."""
-    settings = config.Settings.from_env(_repo_root())
+    settings = config.Settings.from_env(config.find_checkout())
     if getattr(args, "index_url", None):
         settings = dataclasses.replace(settings, index_url=args.index_url)
     if getattr(args, "find_links", None):

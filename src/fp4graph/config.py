@@ -6,7 +6,18 @@ import dataclasses
 import os
 import pathlib
 
+from .errors import ConfigError
+
 DEFAULT_INDEX_URL = "https://pypi.org/simple/"
+
+
+def find_checkout(start: pathlib.Path | None = None) -> pathlib.Path:
+    """The fp4graph checkout holding ``start`` (default: the working directory)."""
+    here = start or pathlib.Path.cwd()
+    for candidate in (here, *here.parents):
+        if (candidate / "patches" / "stacks.toml").is_file():
+            return candidate
+    raise ConfigError(f"{here}: not inside an fp4graph checkout (no patches/stacks.toml)")
 
 
 def default_cache_dir() -> pathlib.Path:

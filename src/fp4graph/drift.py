@@ -49,6 +49,7 @@ from .carry import nearest_series_version
 from .config import Settings
 from .errors import FetchError, Fp4graphError
 from .fetch import list_files
+from .files import write_atomic
 from .log import log
 from .series import Patch, Series, load_series
 
@@ -166,7 +167,7 @@ def index_files(settings: Settings, project: str, *, refresh: bool, offline: boo
     if offline:
         raise FetchError(f"{path}: no cached release list for {project}; run once without --offline")
     files = list_files(settings.index_url, project)
-    _write_atomic(path, json.dumps(
+    write_atomic(path, json.dumps(
         {"index_url": settings.index_url, "fetched": time.time(), "files": files}, indent=1
     ))
     return files
@@ -312,7 +313,7 @@ class ReleaseFiles:
             self._from_wheel(wanted)
         else:
             self._from_sdist(wanted)
-        _write_atomic(self.index_path, json.dumps(
+        write_atomic(self.index_path, json.dumps(
             {"known": self.known, "roots": sorted(self.roots) if self.roots is not None else None},
             indent=1, sort_keys=True,
         ))
@@ -543,22 +544,9 @@ def markdown(cells: Sequence[Cell], notes: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_atomic(path: pathlib.Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def write_reports(out_dir: pathlib.Path, cells: Sequence[Cell], notes: Sequence[str]) -> None:
-    _write_atomic(out_dir / "drift.json", json.dumps([c.as_dict() for c in cells], indent=1) + "\n")
-    _write_atomic(out_dir / "drift.md", markdown(cells, notes))
+    write_atomic(out_dir / "drift.json", json.dumps([c.as_dict() for c in cells], indent=1) + "\n")
+    write_atomic(out_dir / "drift.md", markdown(cells, notes))
 
 
 def needs_attention(settings: Settings, cells: Sequence[Cell]) -> list[Cell]:

@@ -126,8 +126,13 @@ def test_rebuild_in_place_is_identical(built: Settings) -> None:
 
 
 def test_interrupted_build_leaves_wheels_as_they_were(
-    checkout: Settings, monkeypatch: pytest.MonkeyPatch
+    checkout: Settings, shared_cache: pathlib.Path, tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # An empty build cache of its own, so that both wheels are really rebuilt.
+    checkout = dataclasses.replace(
+        checkout, cache_dir=tmp_path / "cache", find_links=(shared_cache / "artifacts",)
+    )
     build.build(checkout, [STACK])
     before = snapshot(checkout.wheels_dir)
     real_pack = repack.pack

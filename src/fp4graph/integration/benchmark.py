@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
 import pathlib
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import Fp4graphError
+from ..files import write_atomic
 
 # The seed's concurrency levels (1,520 output tok/s at 1024 on TP8, piecewise off).
 CONCURRENCY = (1, 10, 256, 1024)
@@ -152,19 +150,6 @@ def report_json(rows: Sequence[Row], context: Mapping[str, Any]) -> dict[str, An
             for r in rows
         ],
     }
-
-
-def write_atomic(path: pathlib.Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def write_report(

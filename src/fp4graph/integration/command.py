@@ -22,20 +22,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import default_cache_dir
+from ..config import default_cache_dir, find_checkout
 from ..errors import Fp4graphError
 from . import benchmark, device, flags, plan, server, upstream
 
 SKIPPED = "integration: SKIPPED:"
 SRC = pathlib.Path(__file__).resolve().parents[2]  # .../src, put on the venv's PYTHONPATH
-
-
-def _repo_root() -> pathlib.Path:
-    here = pathlib.Path.cwd()
-    for candidate in (here, *here.parents):
-        if (candidate / "patches" / "stacks.toml").is_file():
-            return candidate
-    raise Fp4graphError(f"{here}: not inside an fp4graph checkout (no patches/stacks.toml)")
 
 
 def _concurrency(text: str) -> tuple[int, ...]:
@@ -91,7 +83,7 @@ class Layout:
 
 
 def _layout(args: argparse.Namespace) -> Layout:
-    repo = _repo_root()
+    repo = find_checkout()
     work = args.work_dir or default_cache_dir() / "integration" / args.stack
     return Layout(repo=repo, work_dir=work, output=args.output or repo / "wheels" / "reports" / "integration")
 
