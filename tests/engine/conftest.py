@@ -25,6 +25,17 @@ def checkout(tmp_path: pathlib.Path, shared_cache: pathlib.Path) -> config.Setti
 
 
 @pytest.fixture
+def own_build_cache(
+    checkout: config.Settings, shared_cache: pathlib.Path, tmp_path: pathlib.Path
+) -> config.Settings:
+    """A checkout with an empty cache of its own whose upstream files come from the
+    shared cache: every wheel is really built, and tests may tamper with the cache."""
+    return dataclasses.replace(
+        checkout, cache_dir=tmp_path / "cache", find_links=(shared_cache / "artifacts",)
+    )
+
+
+@pytest.fixture
 def isolated(checkout: config.Settings, tmp_path: pathlib.Path) -> config.Settings:
     """A checkout with its own empty cache (for fetch and tamper tests)."""
     return dataclasses.replace(checkout, cache_dir=tmp_path / "cache")

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import dataclasses
 import email.parser
 import json
 import pathlib
@@ -126,13 +125,9 @@ def test_rebuild_in_place_is_identical(built: Settings) -> None:
 
 
 def test_interrupted_build_leaves_wheels_as_they_were(
-    checkout: Settings, shared_cache: pathlib.Path, tmp_path: pathlib.Path,
-    monkeypatch: pytest.MonkeyPatch,
+    own_build_cache: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # An empty build cache of its own, so that both wheels are really rebuilt.
-    checkout = dataclasses.replace(
-        checkout, cache_dir=tmp_path / "cache", find_links=(shared_cache / "artifacts",)
-    )
+    checkout = own_build_cache  # both wheels are really rebuilt
     build.build(checkout, [STACK])
     before = snapshot(checkout.wheels_dir)
     real_pack = repack.pack
@@ -180,13 +175,9 @@ def test_reports_survive_a_rebuild(built: Settings) -> None:
 
 
 def test_build_cache_reuses_identical_bytes_and_rejects_tampering(
-    checkout: Settings, shared_cache: pathlib.Path, tmp_path: pathlib.Path,
-    monkeypatch: pytest.MonkeyPatch,
+    own_build_cache: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Its own cache (upstream files copied from the shared one): this test tampers with it.
-    checkout = dataclasses.replace(
-        checkout, cache_dir=tmp_path / "cache", find_links=(shared_cache / "artifacts",)
-    )
+    checkout = own_build_cache  # this test tampers with the build cache
     build.build(checkout, [STACK])
     first = snapshot(checkout.wheels_dir)
 
