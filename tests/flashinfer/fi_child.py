@@ -474,6 +474,33 @@ def _has_op(entry: str) -> bool:
         return False
 
 
+class _Captured(Exception):
+    pass
+
+
+def first_flashinfer_op(call: Callable[..., Any], args: tuple) -> tuple[Any, tuple, dict] | None:
+    """The first ``flashinfer::`` op (and its arguments) the public function dispatches
+    to while compiling, or None; the call stops there."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Capture(TorchDispatchMode):
+        call: tuple[Any, tuple, dict] | None = None
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func.namespace == "flashinfer":
+                self.call = (func, args, kwargs or {})
+                raise _Captured
+            return func(*args, **(kwargs or {}))
+
+    cap = Capture()
+    try:
+        with _compiling_flag(), cap:
+            call(*args)
+    except _Captured:
+        pass
+    return cap.call
+
+
 def opcheck_all(version: str, only: list[str] | None) -> dict[str, Any]:
     """torch.library.opcheck every op on CPU tensors.
 
@@ -484,24 +511,6 @@ def opcheck_all(version: str, only: list[str] | None) -> dict[str, Any]:
     undeclared mutation or aliasing), the autograd registration, the fake against
     the eager Python's output metadata (test_faketensor), and AOT dispatch with
     dynamic shapes.  Kernel numerics are not checked (GPU tests do that)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class _Captured(Exception):
-        pass
-
-    class Capture(TorchDispatchMode):
-        """Record the first flashinfer op call, then stop."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.call: tuple[Any, tuple, dict] | None = None
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            if func.namespace == "flashinfer":
-                self.call = (func, args, kwargs or {})
-                raise _Captured
-            return func(*args, **(kwargs or {}))
-
     results: dict[str, Any] = {}
     registered: set[str] = set()
     for name, entry, build, call in cases(version, CAPABILITY):
@@ -512,19 +521,15 @@ def opcheck_all(version: str, only: list[str] | None) -> dict[str, Any]:
         with FakeTensorMode(allow_non_fake_inputs=True):
             fake_args = build()
         cpu_args = tuple(_cpu_like(a) for a in fake_args)
-        cap = Capture()
         try:
-            with _compiling_flag(), cap:
-                call(*cpu_args)
-        except _Captured:
-            pass
+            captured = first_flashinfer_op(call, cpu_args)
         except Exception as e:
             rec["error"] = f"capture: {type(e).__name__}: {e}"[:300]
             continue
-        if cap.call is None:
+        if captured is None:
             rec["error"] = "no flashinfer op was called"
             continue
-        op, a, k = cap.call
+        op, a, k = captured
         opname = op._schema.name.split("::")[1]
         rec["op"] = opname
         if opname not in registered:
@@ -640,9 +645,7 @@ def arch_check(built: list[str]) -> dict[str, Any]:
         if hasattr(cpp_ext, "get_nvcc_version"):
             cpp_ext.get_nvcc_version.cache_clear()
         ctx = type(core.current_compilation_context)()
-        rec: dict[str, Any] = {
-            "target_archs": sorted(f"{a}{b}" for a, b in ctx.TARGET_CUDA_ARCHS)
-        }
+        rec: dict[str, Any] = {"target_archs": sorted(f"{a}{b}" for a, b in ctx.TARGET_CUDA_ARCHS)}
         n = len(built)
         try:
             getter.__wrapped__(arch)

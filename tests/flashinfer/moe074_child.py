@@ -1,0 +1,350 @@
+"""Child-interpreter side of test_fused_moe_074.py: flashinfer-python 0.7.4's fp4
+fused-MoE entry points on a simulated SM100.
+
+0.7.4 reshaped the trtllm fp4 MoE API (routed top-k ids may be an ``(ids, weights)``
+tuple, fused shared experts, valid hidden sizes, a 4over6 recipe, a workspace
+buffer), so the cases and the launcher model live here; the checks reuse
+moe_child.py's helpers.  Same protocol: the parent puts a pristine or patched
+tree first on sys.path and calls :func:`main` with a JSON request; the result is
+one ``RESULT:`` JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import fi_child
+import moe_child
+import torch
+from fi_child import cuda
+from moe_child import BF16, F8, F32, I32, U8, _error, fake_mode, meta
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from fp4graph import simulate
+
+Case = tuple[str, str, Callable[[], tuple], Callable[..., Any]]
+
+T, H, INTER, E, K = 40, 512, 256, 16, 4  # tokens, hidden, intermediate, experts, top-k
+
+
+def cases() -> list[Case]:
+    """(name, entry, build inputs, call).  A name ending in "!" is an error case: its
+    eager call raises and the op's fake must raise the same error."""
+    from flashinfer.fused_moe import (
+        cutlass_fused_moe,
+        trtllm_fp4_block_scale_moe,
+        trtllm_fp4_block_scale_routed_moe,
+    )
+    from flashinfer.tllm_enums import RoutingMethodType
+
+    out: list[Case] = []
+
+    def weights(sf: int) -> tuple:
+        return (
+            cuda(E, 2 * INTER, H // 2, dtype=U8),
+            cuda(E, 2 * INTER, H // sf, dtype=F8),
+            cuda(E, H, INTER // 2, dtype=U8),
+            cuda(E, H, INTER // sf, dtype=F8),
+            cuda(E, dtype=F32),
+            cuda(E, dtype=F32),
+            cuda(E, dtype=F32),
+        )
+
+    def activations(act: str) -> tuple:
+        if act == "nvfp4":
+            return cuda(T, H // 2, dtype=U8), cuda(T, H // 16, dtype=F8)
+        if act == "nvfp4-no-scale":
+            return cuda(T, H // 2, dtype=U8), None
+        if act == "mxfp8":
+            return cuda(T, H, dtype=F8), cuda(T, H // 32, dtype=F8)
+        return cuda(T, H), None  # bf16 activations, mxfp4 weights
+
+    def trt(
+        name: str,
+        routed: str | None = None,
+        act: str = "nvfp4",
+        out_shape: tuple[int, int] | None = None,
+        replay: bool = False,
+        **kw: Any,
+    ) -> None:
+        sf = 16 if act.startswith("nvfp4") else 32
+
+        def build() -> tuple:
+            if routed is None:
+                routing: Any = cuda(T, E, dtype=F32)
+            elif routed == "packed":
+                routing = cuda(T, K, dtype=I32)
+            else:
+                routing = (cuda(T, K, dtype=I32), cuda(T, K, dtype=BF16))
+            extra = ()
+            if out_shape is not None:
+                extra += (cuda(*out_shape, dtype=BF16),)
+            if replay:
+                extra += (cuda(T, K, dtype=torch.int16),)
+            return (routing, cuda(E, dtype=BF16), *activations(act), *weights(sf), *extra)
+
+        def call(routing, bias, hs, hss, w1, w1s, w2, w2s, o1, o1g, o2, *extra):  # type: ignore[no-untyped-def]
+            kwargs = dict(kw)
+            extra = list(extra)
+            if replay:
+                kwargs["routing_replay_out"] = extra.pop()
+            if extra:
+                kwargs["output"] = extra.pop()
+            if not kwargs.pop("routing_bias", False):
+                bias = None
+            fn = trtllm_fp4_block_scale_moe if routed is None else trtllm_fp4_block_scale_routed_moe
+            return fn(
+                routing, bias, hs, hss, w1, w1s, None, None, None, None, w2, w2s, None,
+                o1, o1g, o2, E, K, kwargs.pop("n_group", None), kwargs.pop("topk_group", None),
+                INTER, 0, E, kwargs.pop("routed_scaling_factor", None), **kwargs,
+            )  # fmt: skip
+
+        entry = (
+            "trtllm_fp4_block_scale_moe" if routed is None else "trtllm_fp4_block_scale_routed_moe"
+        )
+        out.append((name, entry, build, call))
+
+    R = RoutingMethodType
+    trt("trtllm-nvfp4", routing_method_type=R.Renormalize)
+    trt("trtllm-nvfp4-out", out_shape=(T, H), routing_method_type=R.Renormalize)
+    trt("trtllm-nvfp4-unfinalized", routing_method_type=R.Renormalize, do_finalize=False)
+    trt(
+        "trtllm-nvfp4-deepseek",
+        routing_method_type=R.DeepSeekV3,
+        routing_bias=True,
+        n_group=4,
+        topk_group=2,
+        routed_scaling_factor=2.5,
+    )
+    trt("trtllm-nvfp4-replay", replay=True, routing_method_type=R.Renormalize)
+    trt("trtllm-mxfp8", act="mxfp8", routing_method_type=R.Renormalize)
+    trt("trtllm-bf16", act="bf16", routing_method_type=R.Renormalize)
+    trt("trtllm-nvfp4-no-scale!", act="nvfp4-no-scale", routing_method_type=R.Renormalize)
+    trt("trtllm-out-wrong-rows!", out_shape=(T + 1, H), routing_method_type=R.Renormalize)
+    trt("trtllm-out-too-wide!", out_shape=(T, 2 * H), routing_method_type=R.Renormalize)
+    trt("routed-packed", routed="packed", routing_method_type=R.Renormalize)
+    trt(
+        "routed-packed-unfinalized",
+        routed="packed",
+        routing_method_type=R.Renormalize,
+        do_finalize=False,
+    )
+    trt("routed-unpacked-out", routed="unpacked", out_shape=(T, H))
+    trt("routed-unpacked-unfinalized", routed="unpacked", do_finalize=False)
+
+    # cutlass_fused_moe (SM100 and SM120): packed NVFP4 weights, the 0.7.4 test's inputs.
+    cT, cH, cI, cE, cK = 64, 256, 512, 8, 2
+
+    def cutlass_build(with_output: bool) -> Callable[[], tuple]:
+        def build() -> tuple:
+            qs = [
+                cuda(1, dtype=F32), cuda(cE, 2 * cI, cH // 16, dtype=I32), cuda(cE, dtype=F32),
+                cuda(1, dtype=F32), cuda(cE, cH, cI // 16, dtype=I32), cuda(cE, dtype=F32),
+            ]  # fmt: skip
+            args = (
+                cuda(cT, cH), cuda(cT, cK, dtype=I32), cuda(cT, cK, dtype=F32),
+                cuda(cE, 2 * cI, cH // 16, dtype=torch.int64),
+                cuda(cE, cH, cI // 16, dtype=torch.int64), qs,
+            )  # fmt: skip
+            return args + ((cuda(cT, cH),) if with_output else ())
+
+        return build
+
+    def cutlass_call(x, sel, sc, w1, w2, qs, *output):  # type: ignore[no-untyped-def]
+        return cutlass_fused_moe(x, sel, sc, w1, w2, BF16, qs, output=output[0] if output else None)
+
+    out.append(("cutlass-nvfp4", "cutlass_fused_moe", cutlass_build(False), cutlass_call))
+    out.append(("cutlass-nvfp4-out", "cutlass_fused_moe", cutlass_build(True), cutlass_call))
+    return out
+
+
+def returned_inputs(got: Any, args: tuple) -> list[int]:
+    """Positions in the returned list that are the caller's own tensors (output=, or
+    the weights of an ``(ids, weights)`` routing tuple); eager and compiled must agree."""
+    flat = [x for a in args for x in (a if isinstance(a, (list, tuple)) else [a])]
+    ids = {id(a) for a in flat if isinstance(a, torch.Tensor)}
+    return [i for i, t in enumerate(got) if id(t) in ids]
+
+
+def launcher_outputs(args: tuple) -> list[Any]:
+    """What the C++ ``trtllm_fp4_block_scale_moe`` (csrc/trtllm_fused_moe_kernel_launcher.cu,
+    ``MoeRunResultBuffers::to_ffi``) returns for these arguments: FFI[0] is the
+    finalized output (borrowed from Python, so None) or the unfinalized FC2 buffer;
+    unfinalized calls reserve FFI[1] for the expert weights (None when Python passed
+    its own buffer); then expanded_idx_to_permuted_idx."""
+    hidden_states, topk_weights = args[5], args[3]
+    top_k, n_fused_shared = args[22], args[23] or 0
+    do_finalize, valid_hidden_size = args[31], args[41]
+    assert valid_hidden_size is None  # not modelled: the cases do not narrow hidden
+    num_tokens, hidden_size = hidden_states.shape
+    if hidden_states.dtype == U8:
+        hidden_size *= 2
+    dev = hidden_states.device
+    expanded = torch.empty(num_tokens * (top_k + n_fused_shared), dtype=I32, device=dev)
+    if do_finalize:
+        return [None, expanded]
+    # The padded permuted row count depends on the routing; any size will do here.
+    gemm2_output = torch.empty(num_tokens * top_k + 24, hidden_size, dtype=BF16, device=dev)
+    weights = None
+    if topk_weights is None:
+        weights = torch.empty(num_tokens, top_k, dtype=BF16, device=dev)
+    return [gemm2_output, weights, expanded]
+
+
+class _Launcher(moe_child._KernelModule):
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name == "trtllm_fp4_block_scale_moe":
+            return lambda *args: launcher_outputs(args)
+        return super().__getattr__(name)
+
+
+def stub_kernels(tmp: str) -> None:
+    """moe_child.stub_kernels, with every JIT module loading as the 0.7.4 launcher model."""
+    moe_child.stub_kernels(tmp)
+    from flashinfer.fused_moe import core
+    from flashinfer.jit import core as jit_core
+
+    jit_core.JitSpec.build_and_load = lambda self, *a, **k: _Launcher()
+
+    class _Spec:  # the real spec's generation downloads the trtllm-gen cubins
+        def build_and_load(self) -> _Launcher:
+            return _Launcher()
+
+        def get_library_paths(self) -> list[str]:
+            return []
+
+    core.gen_trtllm_gen_fused_moe_sm100_module = lambda **kw: _Spec()
+    core._get_trtllm_moe_sm100_module_impl.cache_clear()
+
+
+def trace_all(patched: bool, dynamic_modes: list[bool]) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for name, entry, build, call in cases():
+        if name.endswith("!"):
+            continue
+        for dynamic in dynamic_modes:
+            rec: dict[str, Any] = {"entry": entry}
+            results[f"{name}|dynamic={dynamic}"] = rec
+            graphs: list[torch.fx.GraphModule] = []
+
+            def backend(
+                gm: torch.fx.GraphModule, example_inputs: Any, graphs: list = graphs
+            ) -> Any:
+                graphs.append(gm)
+                return gm.forward
+
+            torch._dynamo.reset()
+            with fake_mode():
+                args = build()
+                try:
+                    with simulate.compiling():
+                        got = torch.compile(call, fullgraph=True, backend=backend, dynamic=dynamic)(
+                            *args
+                        )
+                except Exception as e:
+                    rec.update(ok=False, error=_error(e))
+                    rec["error_type"] = f"{type(e).__module__}.{type(e).__name__}"
+                    continue
+                rec.update(ok=True, meta=meta(got), returned_inputs=returned_inputs(got, args))
+                rec["graphs"] = len(graphs)
+                rec["ops"] = [op for g in graphs for op in moe_child._flashinfer_targets(g)]
+                torch._dynamo.reset()
+                with (
+                    simulate.compiling(),
+                    torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True),
+                ):
+                    ex = torch._dynamo.explain(call)(*args)
+                rec["graph_breaks"] = ex.graph_break_count
+                rec["fake_meta"] = meta(moe_child._direct_op(call, args))
+    return results
+
+
+def eager_all(patched: bool) -> dict[str, Any]:
+    """Each case's public function run eagerly (launcher modelled) under FakeTensorMode,
+    and (patched) the op's fake, reached through the public function while compiling."""
+    results: dict[str, Any] = {}
+    for name, entry, build, call in cases():
+        rec: dict[str, Any] = {"entry": entry}
+        results[name] = rec
+        with fake_mode():
+            args = build()
+            try:
+                got = call(*args)
+                rec["eager"] = meta(got)
+                rec["returned_inputs"] = returned_inputs(got, args)
+            except Exception as e:
+                rec["eager_error"] = _error(e)
+            if patched:
+                try:
+                    got = moe_child._direct_op(call, args)
+                    rec["fake"] = meta(got)
+                    rec["fake_returned_inputs"] = returned_inputs(got, args)
+                except Exception as e:
+                    rec["fake_error"] = _error(e)
+    return results
+
+
+def opcheck_all() -> dict[str, Any]:
+    """torch.library.opcheck of the op each case reaches, on CPU tensors; a CPU kernel
+    registered in this process runs the op's real implementation (the public function,
+    launcher modelled) on fake CUDA copies (moe_child._register_cpu_kernel)."""
+    moe_child._allclose_float8()
+    results: dict[str, Any] = {}
+    registered: set[str] = set()
+    for name, entry, build, call in cases():
+        if name.endswith("!"):
+            continue
+        rec: dict[str, Any] = {"entry": entry}
+        results[name] = rec
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            fake_args = build()
+        cpu_args = tuple(moe_child._cpu_tree(a) for a in fake_args)
+        try:
+            captured = fi_child.first_flashinfer_op(call, cpu_args)
+        except Exception as e:
+            rec["error"] = f"capture: {_error(e)}"
+            continue
+        if captured is None:
+            rec["error"] = "no flashinfer op was called"
+            continue
+        op, a, k = captured
+        rec["op"] = opname = op._schema.name.split("::")[1]
+        if opname not in registered:
+            moe_child._register_cpu_kernel(opname)
+            registered.add(opname)
+        try:
+            with simulate.compiling():
+                res = torch.library.opcheck(op, a, k)
+            rec["opcheck"] = {t: str(v) for t, v in res.items()}
+        except Exception as e:
+            rec["error"] = f"opcheck: {type(e).__name__}: {str(e)[:600]}"
+    return results
+
+
+def main(request_json: str) -> None:
+    req = json.loads(request_json)
+    gpu = simulate.SM100
+    fi_child.CAPABILITY = gpu.capability
+    moe_child.VERSION = (0, 7, 4)
+    simulate.install(gpu)
+    import flashinfer
+
+    res: dict[str, Any] = {"version": flashinfer.__version__}
+    try:
+        for mode in req["modes"]:
+            if mode == "trace":
+                res["trace"] = trace_all(req["patched"], req["dynamic"])
+            elif mode == "eager":
+                stub_kernels(req["tmp"])
+                res["eager"] = eager_all(req["patched"])
+            elif mode == "opcheck":
+                stub_kernels(req["tmp"])
+                res["opcheck"] = opcheck_all()
+    except Exception:
+        res["crash"] = traceback.format_exc()
+    print("RESULT:" + json.dumps(res))
+    sys.stdout.flush()
