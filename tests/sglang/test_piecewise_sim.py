@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import textwrap
 from typing import Any
 
@@ -268,3 +269,40 @@ def test_control_sglang_0_5_12_traces() -> None:
         pytest.skip("sglang 0.5.12 is not a pinned artifact; set FP4GRAPH_SGLANG_0512_TREE and FP4GRAPH_FLASHINFER_0611_TREE to unpacked wheels")
     result = run_sim(TRACE_BLOCK, pathlib.Path(sglang), pathlib.Path(flashinfer))
     assert_fp4_in_pieces(result)
+
+
+MODULE_NAMES = """
+import importlib
+# sglang's own import order (a model's quantization config loads first); importing
+# some touched modules alone hits sglang's circular imports.
+import sglang.srt.layers.quantization.modelopt_quant
+names = {{}}
+for module in {modules!r}:
+    namespace = vars(importlib.import_module(module))
+    names[module] = {{k: v is None for k, v in namespace.items() if not k.startswith("__")}}
+sgsim.report(names)
+"""
+
+
+def touched_modules(version: str) -> list[str]:
+    """The sglang modules the series' patches change (their python/ paths)."""
+    series = REPO / "patches" / "sglang" / version
+    modules = set()
+    for name in (series / "series").read_text().split():
+        for path in re.findall(r"^diff --git a/python/(\S+)\.py ", (series / name).read_text(), re.M):
+            modules.add(path.replace("/", ".").removesuffix(".__init__"))
+    return sorted(modules)
+
+
+@pytest.mark.parametrize("version", TARGETS)
+def test_patched_modules_bind_every_name_pristine_binds(wheel_tree: Any, version: str) -> None:
+    """No module-level name the series touches goes missing or turns None (0.5.11's first
+    series set standard.nvfp4_block_scale_interleave_flashinfer to None whenever
+    flashinfer imported, breaking the flashinfer_cutlass FP4 all-gather path)."""
+    body = MODULE_NAMES.format(modules=touched_modules(version))
+    pristine = run_sim(body, *trees_for(wheel_tree, version, patched=False))
+    patched = run_sim(body, *trees_for(wheel_tree, version, patched=True))
+    assert pristine.keys() == patched.keys() and len(pristine) >= 3
+    for module, names in pristine.items():
+        lost = sorted(k for k, is_none in names.items() if not is_none and patched[module].get(k, True))
+        assert not lost, (module, lost)
