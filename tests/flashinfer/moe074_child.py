@@ -241,10 +241,7 @@ def trace_all(patched: bool, dynamic_modes: list[bool]) -> dict[str, Any]:
             with fake_mode():
                 args = build()
                 try:
-                    with simulate.compiling():
-                        got = torch.compile(call, fullgraph=True, backend=backend, dynamic=dynamic)(
-                            *args
-                        )
+                    got = moe_child._compile_and_call(call, args, backend, dynamic)
                 except Exception as e:
                     rec.update(ok=False, error=_error(e))
                     rec["error_type"] = f"{type(e).__module__}.{type(e).__name__}"

@@ -12,7 +12,10 @@ importing flashinfer and warming Dynamo up is most of a child's cost.
   ``flashinfer::<entry>[_out]`` op, 0 graph breaks by ``torch._dynamo.explain``,
   compiled outputs' metadata equal to the op's fake, and the caller's ``output=``
   tensor returned in the same list positions as eagerly.  The pristine tree fails
-  the same trace with ``torch._dynamo.exc.Unsupported``.
+  the same trace with ``torch._dynamo.exc.Unsupported``.  On torch < 2.10 the
+  unfinalized trtllm ops (an output size known only at run time) also need
+  ``torch._dynamo.config.capture_dynamic_output_shape_ops = True``: without it they
+  fail with Dynamo's "Dynamic shape operator", which the child records.
 - eager (fake vs real): the public function's eager path, with the JIT build/load
   stubbed (and the trtllm kernel's returned tensors allocated as its C++ launcher
   does), under FakeTensorMode; its output metadata (or error) must equal the op's
@@ -135,6 +138,43 @@ def test_patched_traces_fullgraph_to_one_op(moe_results, version: str, gpu: str)
     ops = {op.split(".", 1)[1] for rec in cases.values() for op in rec["ops"]}
     assert ops == (ALL_OPS if gpu == "sm100" else CUTLASS_OPS)
     assert any(k.endswith("dynamic=True") for k in cases)
+
+
+def _torch_before(data: dict[str, Any], version: tuple[int, int]) -> bool:
+    major_minor = tuple(int(p) for p in data["torch"].split("+")[0].split(".")[:2])
+    return major_minor < version
+
+
+@pytest.mark.parametrize("gpu", ["sm120", "sm100"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_unfinalized_needs_capture_dynamic_output_shape_ops_before_torch_2_10(
+    moe_results, version: str, gpu: str
+) -> None:
+    """The unfinalized trtllm ops return gemm2_output with a row count known only at
+    run time (an unbacked size).  torch >= 2.10 captures it under fullgraph=True;
+    on older torch Dynamo refuses it unless the caller sets
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True: the child then
+    records the error and traces again with it set (test_patched_traces_...)."""
+    data = moe_results[(version, gpu, True)]
+    cases = data["trace"]
+    unfinalized = {
+        k
+        for k, rec in cases.items()
+        if any(op.endswith("_unfinalized") for op in rec.get("ops", ()))
+    }
+    needed = {k for k, rec in cases.items() if "needed_capture_dynamic_output_shape_ops" in rec}
+    if not _torch_before(data, (2, 10)):
+        assert not needed, needed
+        return
+    assert needed == unfinalized, (needed, unfinalized)
+    assert bool(unfinalized) == (gpu == "sm100")
+    for key in needed:
+        error = cases[key]["needed_capture_dynamic_output_shape_ops"]
+        assert error.startswith("torch._dynamo.exc.Unsupported: Dynamic shape operator"), (
+            key,
+            error,
+        )
+        assert "trtllm_fp4_block_scale_" in error and "_unfinalized" in error, (key, error)
 
 
 @pytest.mark.parametrize("gpu", ["sm120", "sm100"])
