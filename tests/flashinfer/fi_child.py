@@ -335,6 +335,13 @@ class _StubModule:
         return lambda *args, **kwargs: None
 
 
+def _plain_scratch_buffer(
+    name: str, num_bytes: int, device: torch.device, zero_init: bool = False
+) -> torch.Tensor:
+    alloc = torch.zeros if zero_init else torch.empty
+    return alloc(num_bytes, dtype=torch.uint8, device=device)
+
+
 def stub_jit(tmp: str) -> list[str]:
     """Replace building and loading of JIT modules (nvcc, ninja, dlopen) by a stub.
 
@@ -400,6 +407,9 @@ def stub_jit(tmp: str) -> list[str]:
         "ensure_symlink": lambda *a, **k: None,
         "verify_symlinked_headers": lambda *a, **k: None,
         "write_filtered_metainfo": lambda *a, **k: None,  # 0.7.x trtllm-gen MoE
+        # 0.7.x: scratch buffers keyed by the raw CUDA stream, from a private MemPool
+        # (neither exists on a CPU build of torch); the buffer itself is the same.
+        "_get_stream_cache_buf": _plain_scratch_buffer,
     }
     for mod_name, mod in list(sys.modules.items()):
         if not mod_name.startswith("flashinfer") or mod is None:

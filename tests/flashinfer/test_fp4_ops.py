@@ -39,7 +39,6 @@ import tempfile
 from typing import Any
 
 import pytest
-from packaging.version import Version
 
 from conftest import series_versions
 from support.child import run_python, tail
@@ -78,9 +77,6 @@ def unrunnable(version: str, name: str) -> str | None:
     """Why the eager case ``name`` cannot run on this machine for ``version``, if it cannot."""
     if name in EAGER_UNRUNNABLE:
         return EAGER_UNRUNNABLE[name]
-    if name.startswith("mm_fp4") and Version(version) >= Version("0.7"):
-        # 0.7.x's eager mm_fp4 reads the raw CUDA stream and allocates from a MemPool.
-        return "0.7.x eager mm_fp4 needs a CUDA build of torch (raw stream, MemPool)"
     return None
 
 
