@@ -49,7 +49,10 @@ FALLBACK_CONFIG: dict[str, dict[str, Any]] = {
         "source": "sgl-project/sglang main @ 00e8a8c .pre-commit-config.yaml",
         "exclude": "^python/sglang/srt/grpc/",
         "repos": [
-            {"repo": "https://github.com/PyCQA/isort", "rev": "5.13.2", "hooks": [{"id": "isort"}]},
+            # args: the repo root's .isort.cfg, which sdists do not ship either.
+            {"repo": "https://github.com/PyCQA/isort", "rev": "5.13.2", "hooks": [
+                {"id": "isort", "args": ["--profile", "black", "--project", "sglang"]},
+            ]},
             {"repo": "https://github.com/psf/black", "rev": "24.10.0", "hooks": [{"id": "black-jupyter"}]},
             {"repo": "https://github.com/codespell-project/codespell", "rev": "v2.4.1", "hooks": [
                 {"id": "codespell", "additional_dependencies": ["tomli"],
@@ -60,6 +63,8 @@ FALLBACK_CONFIG: dict[str, dict[str, Any]] = {
 }
 
 _PY = re.compile(r"\.pyi?$")
+# Options whose value is a configuration file in the tree.
+_CONFIG_OPTIONS = frozenset({"--toml", "--config-file", "--settings-path"})
 
 
 class CheckSetupError(Fp4graphError):
@@ -202,6 +207,26 @@ def tool_env(cache_dir: pathlib.Path, requirements: Sequence[str]) -> pathlib.Pa
     return bindir
 
 
+def without_missing_configs(
+    tree: pathlib.Path, args: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """``args`` less each config-file option naming a file ``tree`` lacks (a tree made
+    from a wheel has no python/pyproject.toml), and the missing paths."""
+    kept: list[str] = []
+    missing: list[str] = []
+    rest = iter(args)
+    for arg in rest:
+        if arg in _CONFIG_OPTIONS:
+            path = next(rest, "")
+            if (tree / path).is_file():
+                kept += [arg, path]
+            else:
+                missing.append(path)
+        else:
+            kept.append(arg)
+    return kept, missing
+
+
 def run_hooks(
     tree: pathlib.Path,
     hooks: Sequence[Hook],
@@ -226,13 +251,15 @@ def run_hooks(
                     f"{' '.join(hook.requirements)} or use --tools auto"
                 )
             exe = found
-        cmd = [exe, *hook.command[1:], *selected]
-        shown = subprocess.list2cmdline([hook.executable, *hook.command[1:], *selected])
+        args, missing = without_missing_configs(tree, hook.command[1:])
+        cmd = [exe, *args, *selected]
+        shown = subprocess.list2cmdline([hook.executable, *args, *selected])
         log(f"check {hook.id}: {shown}")
         env = dict(os.environ, NO_COLOR="1", MYPY_FORCE_COLOR="0")
         result = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, env=env)
+        notes = "".join(f"({path} is not in the tree: checked without it)\n" for path in missing)
         results.append(CheckResult(
             hook=hook.id, command=shown, files=selected, returncode=result.returncode,
-            output=(result.stdout + result.stderr).strip(),
+            output=(notes + result.stdout + result.stderr).strip(),
         ))
     return results

@@ -137,6 +137,22 @@ def test_hooks_read_from_the_tree_config(tmp_path: pathlib.Path) -> None:
     assert not black.selects("README.md") and hooks[2].selects("README.md")
 
 
+def test_sglang_fallback_config_carries_the_isort_settings() -> None:
+    config, source = checks.load_config(pathlib.Path("/nonexistent"), "sglang")
+    assert "(the tree has no .pre-commit-config.yaml)" in source
+    isort = {h.id: h for h in checks.hooks_for(config, "sglang")}["isort"]
+    # sglang's repo-root .isort.cfg: profile=black, known_first_party=sglang.
+    assert isort.command == ("isort", "--check-only", "--diff", "--profile", "black", "--project", "sglang")
+
+
+def test_missing_config_files_are_left_out(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("")
+    args = ["--toml", "python/pyproject.toml", "-L", "thi", "--config-file", "pyproject.toml"]
+    kept, missing = checks.without_missing_configs(tmp_path, args)
+    assert kept == ["-L", "thi", "--config-file", "pyproject.toml"]
+    assert missing == ["python/pyproject.toml"]
+
+
 def test_sglang_prs_use_the_python_layout(checkout: Settings, tmp_path: pathlib.Path) -> None:
     tools = has_tools("black", "isort", "codespell")
     result = upstream.prepare(checkout, "sglang", tmp_path / "out", version="0.5.9",
