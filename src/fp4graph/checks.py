@@ -101,10 +101,25 @@ class CheckResult:
     files: tuple[str, ...]
     returncode: int
     output: str
+    # The same hook also fails on these files as upstream has them (before the
+    # series): the failure is not the series' (our copy of upstream's config may
+    # differ from what that release used).
+    fails_upstream: bool = False
 
     @property
     def ok(self) -> bool:
         return self.returncode == 0
+
+    @property
+    def status(self) -> str:
+        if self.ok:
+            return "passed"
+        return "failed on upstream's files too" if self.fails_upstream else "FAILED"
+
+    @property
+    def blocks(self) -> bool:
+        """Whether the series is at fault: the check fails only with the series applied."""
+        return not self.ok and not self.fails_upstream
 
 
 def _version(rev: str) -> str:
@@ -263,3 +278,34 @@ def run_hooks(
             output=(notes + result.stdout + result.stderr).strip(),
         ))
     return results
+
+
+
+def mark_upstream_failures(
+    results: Sequence[CheckResult],
+    hooks: Sequence[Hook],
+    tree: pathlib.Path,
+    base_tree: pathlib.Path,
+    *,
+    tools: str,
+    cache_dir: pathlib.Path,
+) -> list[CheckResult]:
+    """``results`` with ``fails_upstream`` set on each failed check whose every
+    failing file (checked one by one) fails the same way in ``base_tree``, the
+    tree before the series; a file the series adds is always the series'."""
+    by_id = {h.id: h for h in hooks}
+
+    def passes(root: pathlib.Path, hook: Hook, path: str) -> bool:
+        run = run_hooks(root, [hook], [path], tools=tools, cache_dir=cache_dir)
+        return all(r.ok for r in run)
+
+    marked = []
+    for result in results:
+        if not result.ok:
+            hook = by_id[result.hook]
+            ours = [f for f in result.files
+                    if not passes(tree, hook, f) and (not (base_tree / f).is_file()
+                                                      or passes(base_tree, hook, f))]
+            result = dataclasses.replace(result, fails_upstream=not ours)
+        marked.append(result)
+    return marked

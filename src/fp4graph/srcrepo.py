@@ -18,6 +18,7 @@ import subprocess
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Iterator
 
 from .apply import layout_for
 from .config import Settings
@@ -220,3 +221,15 @@ def source_repo(
     return clone(
         pristine, dest, project=artifact.project, version=artifact.version, base=base, origin=origin
     )
+
+
+@contextlib.contextmanager
+def checkout_at(source: SourceRepo, commit: str) -> Iterator[pathlib.Path]:
+    """A temporary detached worktree of ``source`` at ``commit``."""
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="fp4graph-worktree-"))
+    git(source.path, "worktree", "add", "--detach", str(tmp / "tree"), commit)
+    try:
+        yield tmp / "tree"
+    finally:
+        git(source.path, "worktree", "remove", "--force", str(tmp / "tree"), check=False)
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -37,7 +37,7 @@ from .config import Settings
 from .errors import ConfigError, Fp4graphError
 from .log import log
 from .series import DEP3_FIELD, Patch, Series
-from .srcrepo import SourceRepo, git, source_repo
+from .srcrepo import SourceRepo, checkout_at, git, source_repo
 from .stacks import Artifact, load
 
 PROJECTS = ("flashinfer-python", "sglang")
@@ -119,7 +119,9 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.checks) and all(t.outcome != "failed" for t in self.tests)
+        return not any(c.blocks for c in self.checks) and all(
+            t.outcome != "failed" for t in self.tests
+        )
 
 
 # --- PR bodies -------------------------------------------------------------------
@@ -191,8 +193,8 @@ def _check_text(results: Sequence[checks.CheckResult], patch: Patch) -> tuple[bo
     mine = [c for c in results if set(c.files) & set(patch.files)]
     if not mine:
         return False, "No pre-commit hook we run covers the files of this patch (or none ran)."
-    lines = [f"- `{c.command}`: {'passed' if c.ok else 'FAILED'}" for c in mine]
-    return all(c.ok for c in mine), "\n".join(lines)
+    lines = [f"- `{c.command}`: {c.status}" for c in mine]
+    return not any(c.blocks for c in mine), "\n".join(lines)
 
 
 def _sections(template: str) -> list[tuple[str, list[str]]]:
@@ -400,6 +402,12 @@ def prepare(
             check_results = checks.run_hooks(
                 source.path, hooks, touched, tools=tools, cache_dir=settings.cache_dir
             )
+            if not all(c.ok for c in check_results):
+                with checkout_at(source, source.base) as base_tree:
+                    check_results = checks.mark_upstream_failures(
+                        check_results, hooks, source.path, base_tree,
+                        tools=tools, cache_dir=settings.cache_dir,
+                    )
         else:
             checks_source, check_results = "not run (--no-checks)", []
         tests = run_added_tests(source, series, python, test_timeout) if run_tests else []
@@ -469,7 +477,8 @@ def _write_summary(staging: pathlib.Path, result: Result, template_source: str) 
         "pr_template": template_source,
         "ok": result.ok,
         "checks": [
-            {"hook": c.hook, "command": c.command, "files": list(c.files), "ok": c.ok, "output": c.output}
+            {"hook": c.hook, "command": c.command, "files": list(c.files), "ok": c.ok,
+             "fails_upstream": c.fails_upstream, "output": c.output}
             for c in result.checks
         ],
         "tests": [dataclasses.asdict(t) for t in result.tests],
@@ -498,7 +507,7 @@ def _write_summary(staging: pathlib.Path, result: Result, template_source: str) 
         "",
         "## Checks",
         "",
-        *[f"- `{c.command}`: {'passed' if c.ok else 'FAILED'}" for c in result.checks],
+        *[f"- `{c.command}`: {c.status}" for c in result.checks],
         *(["- (none ran)"] if not result.checks else []),
         "",
         "## Tests the patches add",
@@ -557,7 +566,8 @@ def run(args: argparse.Namespace) -> int:
     for pr in result.prs:
         print(f"  {pr.branch}  {pr.commit[:12]}  {pr.patch.subject}")
     for c in result.checks:
-        print(f"  check {c.hook}: {'PASSED' if c.ok else 'FAILED'} ({len(c.files)} file(s))")
+        status = "PASSED" if c.ok else c.status
+        print(f"  check {c.hook}: {status} ({len(c.files)} file(s))")
     for t in result.tests:
         print(f"  test {t.path}: {t.outcome}")
     print(f"wrote {out} (summary.md, prs/*/PR.md, repo/)")

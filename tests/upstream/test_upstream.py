@@ -153,6 +153,28 @@ def test_missing_config_files_are_left_out(tmp_path: pathlib.Path) -> None:
     assert missing == ["python/pyproject.toml"]
 
 
+@pytest.mark.skipif(not has_tools("ruff"), reason="ruff not installed (tests/upstream/requirements.txt)")
+def test_failures_upstream_has_too_are_not_the_series(tmp_path: pathlib.Path) -> None:
+    base, tree = tmp_path / "base", tmp_path / "tree"
+    for root in (base, tree):
+        root.mkdir()
+        (root / "old.py").write_text("x = [1,2]\n")  # unformatted upstream
+        (root / "ok.py").write_text("y = 1\n")
+    hook = checks.Hook(id="ruff-format", requirements=("ruff",), command=("ruff", "format", "--check"),
+                       files=(), exclude=(), python_only=True)
+    cache = tmp_path / "cache"
+    run = checks.run_hooks(tree, [hook], ["old.py", "ok.py"], tools="path", cache_dir=cache)
+    [before] = checks.mark_upstream_failures(run, [hook], tree, base, tools="path", cache_dir=cache)
+    assert not before.ok and before.fails_upstream and not before.blocks
+    assert before.status == "failed on upstream's files too"
+    (tree / "ok.py").write_text("y = {1:2}\n")  # the series breaks a clean file
+    (tree / "new.py").write_text("z = (1,2)\n")
+    for files in (["old.py", "ok.py"], ["old.py", "new.py"]):
+        run = checks.run_hooks(tree, [hook], files, tools="path", cache_dir=cache)
+        [after] = checks.mark_upstream_failures(run, [hook], tree, base, tools="path", cache_dir=cache)
+        assert after.blocks and after.status == "FAILED", files
+
+
 def test_sglang_prs_use_the_python_layout(checkout: Settings, tmp_path: pathlib.Path) -> None:
     tools = has_tools("black", "isort", "codespell")
     result = upstream.prepare(checkout, "sglang", tmp_path / "out", version="0.5.9",
