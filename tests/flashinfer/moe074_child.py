@@ -3,8 +3,8 @@ fused-MoE entry points on a simulated SM100.
 
 0.7.4 reshaped the trtllm fp4 MoE API (routed top-k ids may be an ``(ids, weights)``
 tuple, fused shared experts, valid hidden sizes, a 4over6 recipe, a workspace
-buffer), so the cases and the launcher model live here; the checks reuse
-moe_child.py's helpers.  Same protocol: the parent puts a pristine or patched
+buffer), so the cases and the launcher model live here; the checks are
+moe_child.py's.  Same protocol: the parent puts a pristine or patched
 tree first on sys.path and calls :func:`main` with a JSON request; the result is
 one ``RESULT:`` JSON line.
 """
@@ -21,12 +21,9 @@ import fi_child
 import moe_child
 import torch
 from fi_child import cuda
-from moe_child import BF16, F8, F32, I32, U8, _error, fake_mode, meta
-from torch._subclasses.fake_tensor import FakeTensorMode
+from moe_child import BF16, F8, F32, I32, U8, Case
 
 from fp4graph import simulate
-
-Case = tuple[str, str, Callable[[], tuple], Callable[..., Any]]
 
 T, H, INTER, E, K = 40, 512, 256, 16, 4  # tokens, hidden, intermediate, experts, top-k
 
@@ -162,14 +159,6 @@ def cases() -> list[Case]:
     return out
 
 
-def returned_inputs(got: Any, args: tuple) -> list[int]:
-    """Positions in the returned list that are the caller's own tensors (output=, or
-    the weights of an ``(ids, weights)`` routing tuple); eager and compiled must agree."""
-    flat = [x for a in args for x in (a if isinstance(a, (list, tuple)) else [a])]
-    ids = {id(a) for a in flat if isinstance(a, torch.Tensor)}
-    return [i for i, t in enumerate(got) if id(t) in ids]
-
-
 def launcher_outputs(args: tuple) -> list[Any]:
     """What the C++ ``trtllm_fp4_block_scale_moe`` (csrc/trtllm_fused_moe_kernel_launcher.cu,
     ``MoeRunResultBuffers::to_ffi``) returns for these arguments: FFI[0] is the
@@ -221,107 +210,6 @@ def stub_kernels(tmp: str) -> None:
     core._get_trtllm_moe_sm100_module_impl.cache_clear()
 
 
-def trace_all(patched: bool, dynamic_modes: list[bool]) -> dict[str, Any]:
-    results: dict[str, Any] = {}
-    for name, entry, build, call in cases():
-        if name.endswith("!"):
-            continue
-        for dynamic in dynamic_modes:
-            rec: dict[str, Any] = {"entry": entry}
-            results[f"{name}|dynamic={dynamic}"] = rec
-            graphs: list[torch.fx.GraphModule] = []
-
-            def backend(
-                gm: torch.fx.GraphModule, example_inputs: Any, graphs: list = graphs
-            ) -> Any:
-                graphs.append(gm)
-                return gm.forward
-
-            torch._dynamo.reset()
-            with fake_mode():
-                args = build()
-                try:
-                    got = moe_child._compile_and_call(call, args, backend, dynamic)
-                except Exception as e:
-                    rec.update(ok=False, error=_error(e))
-                    rec["error_type"] = f"{type(e).__module__}.{type(e).__name__}"
-                    continue
-                rec.update(ok=True, meta=meta(got), returned_inputs=returned_inputs(got, args))
-                rec["graphs"] = len(graphs)
-                rec["ops"] = [op for g in graphs for op in moe_child._flashinfer_targets(g)]
-                torch._dynamo.reset()
-                with (
-                    simulate.compiling(),
-                    torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True),
-                ):
-                    ex = torch._dynamo.explain(call)(*args)
-                rec["graph_breaks"] = ex.graph_break_count
-                rec["fake_meta"] = meta(moe_child._direct_op(call, args))
-    return results
-
-
-def eager_all(patched: bool) -> dict[str, Any]:
-    """Each case's public function run eagerly (launcher modelled) under FakeTensorMode,
-    and (patched) the op's fake, reached through the public function while compiling."""
-    results: dict[str, Any] = {}
-    for name, entry, build, call in cases():
-        rec: dict[str, Any] = {"entry": entry}
-        results[name] = rec
-        with fake_mode():
-            args = build()
-            try:
-                got = call(*args)
-                rec["eager"] = meta(got)
-                rec["returned_inputs"] = returned_inputs(got, args)
-            except Exception as e:
-                rec["eager_error"] = _error(e)
-            if patched:
-                try:
-                    got = moe_child._direct_op(call, args)
-                    rec["fake"] = meta(got)
-                    rec["fake_returned_inputs"] = returned_inputs(got, args)
-                except Exception as e:
-                    rec["fake_error"] = _error(e)
-    return results
-
-
-def opcheck_all() -> dict[str, Any]:
-    """torch.library.opcheck of the op each case reaches, on CPU tensors; a CPU kernel
-    registered in this process runs the op's real implementation (the public function,
-    launcher modelled) on fake CUDA copies (moe_child._register_cpu_kernel)."""
-    moe_child._allclose_float8()
-    results: dict[str, Any] = {}
-    registered: set[str] = set()
-    for name, entry, build, call in cases():
-        if name.endswith("!"):
-            continue
-        rec: dict[str, Any] = {"entry": entry}
-        results[name] = rec
-        with FakeTensorMode(allow_non_fake_inputs=True):
-            fake_args = build()
-        cpu_args = tuple(moe_child._cpu_tree(a) for a in fake_args)
-        try:
-            captured = fi_child.first_flashinfer_op(call, cpu_args)
-        except Exception as e:
-            rec["error"] = f"capture: {_error(e)}"
-            continue
-        if captured is None:
-            rec["error"] = "no flashinfer op was called"
-            continue
-        op, a, k = captured
-        rec["op"] = opname = op._schema.name.split("::")[1]
-        if opname not in registered:
-            moe_child._register_cpu_kernel(opname)
-            registered.add(opname)
-        try:
-            with simulate.compiling():
-                res = torch.library.opcheck(op, a, k)
-            rec["opcheck"] = {t: str(v) for t, v in res.items()}
-        except Exception as e:
-            rec["error"] = f"opcheck: {type(e).__name__}: {str(e)[:600]}"
-    return results
-
-
 def main(request_json: str) -> None:
     req = json.loads(request_json)
     gpu = simulate.SM100
@@ -334,13 +222,15 @@ def main(request_json: str) -> None:
     try:
         for mode in req["modes"]:
             if mode == "trace":
-                res["trace"] = trace_all(req["patched"], req["dynamic"])
+                res["trace"] = moe_child.trace_cases(
+                    moe_child.runnable(cases(), None), req["patched"], req["dynamic"]
+                )
             elif mode == "eager":
                 stub_kernels(req["tmp"])
-                res["eager"] = eager_all(req["patched"])
+                res["eager"] = moe_child.eager_cases(cases())
             elif mode == "opcheck":
                 stub_kernels(req["tmp"])
-                res["opcheck"] = opcheck_all()
+                res["opcheck"] = moe_child.opcheck_cases(moe_child.runnable(cases(), None))
     except Exception:
         res["crash"] = traceback.format_exc()
     print("RESULT:" + json.dumps(res))

@@ -547,9 +547,11 @@ def _error_lines(e: BaseException, n: int) -> str:
 
 
 def returned_inputs(got: Any, args: tuple) -> list[int]:
-    """Positions in the returned list that are the caller's own tensor objects
-    (the output= tensor); eager and compiled calls must agree."""
-    ids = {id(a) for a in args if isinstance(a, torch.Tensor)}
+    """Positions in the returned list that are the caller's own tensor objects (the
+    output= tensor, the weights of an ``(ids, weights)`` routing argument); eager and
+    compiled calls must agree."""
+    flat = [x for a in args for x in (a if isinstance(a, (list, tuple)) else [a])]
+    ids = {id(a) for a in flat if isinstance(a, torch.Tensor)}
     items = got if isinstance(got, (list, tuple)) else [got]
     return [i for i, t in enumerate(items) if id(t) in ids]
 
@@ -596,13 +598,24 @@ def _compile_and_call(
         return compiled(*args)
 
 
+def runnable(case_list: list[Case], only: list[str] | None) -> list[Case]:
+    """The selected cases that are not error cases (whose names end in "!")."""
+    return [c for c in case_list if not c[0].endswith("!") and _selected(c[0], only)]
+
+
 def trace_all(
     version: str, patched: bool, dynamic_modes: list[bool | None], only: list[str] | None
 ) -> dict[str, Any]:
+    return trace_cases(runnable(cases(version, fi_child.CAPABILITY), only), patched, dynamic_modes)
+
+
+def trace_cases(
+    case_list: list[Case], patched: bool, dynamic_modes: list[bool | None]
+) -> dict[str, Any]:
+    """Each case compiled with fullgraph=True (see the module docstring of
+    test_fused_moe_ops.py for what is recorded)."""
     results: dict[str, Any] = {}
-    for name, entry, build, call in cases(version, fi_child.CAPABILITY):
-        if name.endswith("!") or not _selected(name, only):
-            continue
+    for name, entry, build, call in case_list:
         for dynamic in dynamic_modes:
             rec: dict[str, Any] = {"entry": entry}
             results[f"{name}|dynamic={dynamic}"] = rec
@@ -662,13 +675,16 @@ def trace_all(
 
 
 def eager_all(version: str, only: list[str] | None) -> dict[str, Any]:
+    case_list = [c for c in cases(version, fi_child.CAPABILITY) if _selected(c[0], only)]
+    return eager_cases(case_list)
+
+
+def eager_cases(case_list: list[Case]) -> dict[str, Any]:
     """Each case's public function run eagerly (kernels stubbed) under FakeTensorMode,
     and the op's fake (the public function with is_compiling() forced on)."""
     results: dict[str, Any] = {}
     patched = _has_op("cutlass_fused_moe")
-    for name, entry, build, call in cases(version, fi_child.CAPABILITY):
-        if not _selected(name, only):
-            continue
+    for name, entry, build, call in case_list:
         rec: dict[str, Any] = {"entry": entry}
         results[name] = rec
         with fake_mode():
@@ -681,7 +697,9 @@ def eager_all(version: str, only: list[str] | None) -> dict[str, Any]:
                 rec["eager_error"] = _error(e)
             if patched:
                 try:
-                    rec["fake"] = meta(_direct_op(call, args))
+                    got = _direct_op(call, args)
+                    rec["fake"] = meta(got)
+                    rec["fake_returned_inputs"] = returned_inputs(got, args)
                 except Exception as e:
                     rec["fake_error"] = _error(e)
     return results
@@ -703,16 +721,18 @@ def _has_op(name: str) -> bool:
 
 
 def opcheck_all(version: str, only: list[str] | None) -> dict[str, Any]:
-    """torch.library.opcheck of every op, on CPU tensors, as fi_child.opcheck_all does:
-    a CPU kernel registered only in this process runs the op's real implementation
-    (the public function's eager path, kernels stubbed) on fake CUDA copies of the
-    inputs and returns zeroed CPU tensors of the same metadata."""
+    return opcheck_cases(runnable(cases(version, fi_child.CAPABILITY), only))
+
+
+def opcheck_cases(case_list: list[Case]) -> dict[str, Any]:
+    """torch.library.opcheck of the op each case reaches, on CPU tensors, as
+    fi_child.opcheck_all does: a CPU kernel registered only in this process runs the
+    op's real implementation (the public function's eager path, kernels stubbed) on
+    fake CUDA copies of the inputs and returns zeroed CPU tensors of the same metadata."""
     _allclose_float8()
     results: dict[str, Any] = {}
     registered: set[str] = set()
-    for name, entry, build, call in cases(version, fi_child.CAPABILITY):
-        if name.endswith("!") or not _selected(name, only):
-            continue
+    for name, entry, build, call in case_list:
         rec: dict[str, Any] = {"entry": entry}
         results[name] = rec
         with FakeTensorMode(allow_non_fake_inputs=True):
