@@ -41,12 +41,11 @@ from typing import Any
 import pytest
 
 from conftest import series_versions
-from support.child import run_python, tail
+from support.child import run_child_main
 
 PROJECT = "flashinfer-python"
 VERSIONS = series_versions(PROJECT)
 GPUS = ["sm120", "sm100"]
-HERE = pathlib.Path(__file__).resolve().parent
 
 # Entry points each version offers (cases for others are skipped with a reason).
 ENTRY_POINTS = {
@@ -81,19 +80,7 @@ def unrunnable(version: str, name: str) -> str | None:
 
 
 def _run(tree: pathlib.Path, request: dict[str, Any]) -> dict[str, Any]:
-    code = (
-        f"import sys; sys.path.insert(0, {str(HERE)!r})\n"
-        "import fi_child\n"
-        f"fi_child.main({json.dumps(request)!r})\n"
-    )
-    result = run_python(
-        code, path=[tree], env={"FLASHINFER_LOGLEVEL": request.get("loglevel", "0")}
-    )
-    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT:")]
-    assert result.returncode == 0 and lines, tail(result)
-    data = json.loads(lines[-1][len("RESULT:") :])
-    assert "crash" not in data, data["crash"]
-    return data
+    return run_child_main("fi_child", request, tree=tree, loglevel=request.get("loglevel", "0"))
 
 
 _cache: dict[tuple, dict[str, Any]] = {}

@@ -26,10 +26,9 @@ from typing import Any
 
 import pytest
 
-from support.child import run_python, tail
+from support.child import run_child_main
 
 PROJECT, VERSION = "flashinfer-python", "0.7.4"
-HERE = pathlib.Path(__file__).resolve().parent
 TRTLLM = {"trtllm_fp4_block_scale_moe", "trtllm_fp4_block_scale_routed_moe"}
 OPS = TRTLLM | {"cutlass_fused_moe", "cutlass_fused_moe_out"}
 
@@ -37,17 +36,7 @@ OPS = TRTLLM | {"cutlass_fused_moe", "cutlass_fused_moe_out"}
 def _child(tree: pathlib.Path, patched: bool, modes: list[str]) -> dict[str, Any]:
     request = {"patched": patched, "modes": modes, "dynamic": [False, True],
                "tmp": tempfile.mkdtemp(prefix="fi-moe074-")}  # fmt: skip
-    code = (
-        f"import sys; sys.path.insert(0, {str(HERE)!r})\n"
-        "import moe074_child\n"
-        f"moe074_child.main({json.dumps(request)!r})\n"
-    )
-    result = run_python(code, path=[tree], env={"FLASHINFER_LOGLEVEL": "0"})
-    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT:")]
-    assert result.returncode == 0 and lines, tail(result)
-    data: dict[str, Any] = json.loads(lines[-1][len("RESULT:") :])
-    assert "crash" not in data, data["crash"]
-    return data
+    return run_child_main("moe074_child", request, tree=tree)
 
 
 @pytest.fixture(scope="module")

@@ -40,10 +40,9 @@ from typing import Any
 import pytest
 
 from conftest import REPO, series_versions
-from support.child import run_python, tail
+from support.child import run_child_main
 
 PROJECT = "flashinfer-python"
-HERE = pathlib.Path(__file__).resolve().parent
 
 
 def _moe_versions() -> list[str]:
@@ -80,17 +79,7 @@ CHILDREN: dict[tuple[str, bool], dict[str, Any]] = {
 
 
 def _run(tree: pathlib.Path, request: dict[str, Any]) -> dict[str, Any]:
-    code = (
-        f"import sys; sys.path.insert(0, {str(HERE)!r})\n"
-        "import moe_child\n"
-        f"moe_child.main({json.dumps(request)!r})\n"
-    )
-    result = run_python(code, path=[tree], env={"FLASHINFER_LOGLEVEL": "0"})
-    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT:")]
-    assert result.returncode == 0 and lines, tail(result)
-    data = json.loads(lines[-1][len("RESULT:") :])
-    assert "crash" not in data, data["crash"]
-    return data
+    return run_child_main("moe_child", request, tree=tree)
 
 
 @pytest.fixture(scope="session")

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
+FLASHINFER_TESTS = SRC.parent / "tests" / "flashinfer"
 
 
 def run_python(
@@ -39,3 +42,25 @@ def run_python(
 def tail(result: subprocess.CompletedProcess[str], n: int = 3000) -> str:
     """The end of a child's output, for assertion messages."""
     return f"rc={result.returncode}\nstdout:\n{result.stdout[-n:]}\nstderr:\n{result.stderr[-n:]}"
+
+
+def run_child_main(
+    module: str,
+    request: dict[str, Any],
+    *,
+    tree: pathlib.Path,
+    loglevel: str = "0",
+) -> dict[str, Any]:
+    """``<module>.main(json)`` (a child module of tests/flashinfer) with ``tree`` first
+    on the path; its one ``RESULT:`` JSON line, which must hold no ``crash``."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(FLASHINFER_TESTS)!r})\n"
+        f"import {module}\n"
+        f"{module}.main({json.dumps(request)!r})\n"
+    )
+    result = run_python(code, path=[tree], env={"FLASHINFER_LOGLEVEL": loglevel})
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT:")]
+    assert result.returncode == 0 and lines, tail(result)
+    data: dict[str, Any] = json.loads(lines[-1][len("RESULT:") :])
+    assert "crash" not in data, data["crash"]
+    return data
