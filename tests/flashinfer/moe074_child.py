@@ -66,6 +66,7 @@ def cases() -> list[Case]:
         act: str = "nvfp4",
         out_shape: tuple[int, int] | None = None,
         replay: bool = False,
+        lora: bool = False,
         **kw: Any,
     ) -> None:
         sf = 16 if act.startswith("nvfp4") else 32
@@ -82,11 +83,18 @@ def cases() -> list[Case]:
                 extra += (cuda(*out_shape, dtype=BF16),)
             if replay:
                 extra += (cuda(T, K, dtype=torch.int16),)
+            if lora:  # routed only: [num_tokens, top_k, 2 * intermediate] bf16
+                extra += (cuda(T, K, 2 * INTER, dtype=BF16),)
             return (routing, cuda(E, dtype=BF16), *activations(act), *weights(sf), *extra)
 
         def call(routing, bias, hs, hss, w1, w1s, w2, w2s, o1, o1g, o2, *extra):  # type: ignore[no-untyped-def]
             kwargs = dict(kw)
             extra = list(extra)
+            if lora:
+                kwargs["gemm1_lora_delta"] = extra.pop()
+                # With gate scales eager pre-scales the delta by indexing a CUDA tensor,
+                # which a CPU build of torch cannot do even for fake tensors.
+                o1g = None
             if replay:
                 kwargs["routing_replay_out"] = extra.pop()
             if extra:
@@ -132,6 +140,8 @@ def cases() -> list[Case]:
     )
     trt("routed-unpacked-out", routed="unpacked", out_shape=(T, H))
     trt("routed-unpacked-unfinalized", routed="unpacked", do_finalize=False)
+    trt("routed-packed-lora", routed="packed", lora=True)
+    trt("routed-unpacked-lora-unfinalized", routed="unpacked", lora=True, do_finalize=False)
 
     # cutlass_fused_moe (SM100 and SM120): packed NVFP4 weights, the 0.7.4 test's inputs.
     cT, cH, cI, cE, cK = 64, 256, 512, 8, 2
@@ -164,8 +174,9 @@ def launcher_outputs(args: tuple) -> list[Any]:
     ``MoeRunResultBuffers::to_ffi``) returns for these arguments: FFI[0] is the
     finalized output (borrowed from Python, so None) or the unfinalized FC2 buffer;
     unfinalized calls reserve FFI[1] for the expert weights (None when Python passed
-    its own buffer); then expanded_idx_to_permuted_idx."""
-    hidden_states, topk_weights = args[5], args[3]
+    its own buffer); then expanded_idx_to_permuted_idx; then, with a LoRA delta, the
+    gated activation output."""
+    hidden_states, topk_weights, lora_delta = args[5], args[3], args[10]
     top_k, n_fused_shared = args[22], args[23] or 0
     do_finalize, valid_hidden_size = args[31], args[41]
     assert valid_hidden_size is None  # not modelled: the cases do not narrow hidden
@@ -174,14 +185,17 @@ def launcher_outputs(args: tuple) -> list[Any]:
         hidden_size *= 2
     dev = hidden_states.device
     expanded = torch.empty(num_tokens * (top_k + n_fused_shared), dtype=I32, device=dev)
+    lora = []
+    if lora_delta is not None:  # padded permuted rows, like gemm2_output's
+        lora = [torch.empty(num_tokens * top_k + 24, args[26], dtype=BF16, device=dev)]
     if do_finalize:
-        return [None, expanded]
+        return [None, expanded, *lora]
     # The padded permuted row count depends on the routing; any size will do here.
     gemm2_output = torch.empty(num_tokens * top_k + 24, hidden_size, dtype=BF16, device=dev)
     weights = None
     if topk_weights is None:
         weights = torch.empty(num_tokens, top_k, dtype=BF16, device=dev)
-    return [gemm2_output, weights, expanded]
+    return [gemm2_output, weights, expanded, *lora]
 
 
 class _Launcher(moe_child._KernelModule):

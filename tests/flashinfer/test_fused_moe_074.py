@@ -59,7 +59,7 @@ def _matches(real: Any, fake: Any) -> bool:
 
 def test_patched_traces_fullgraph_to_one_op(patched) -> None:
     cases = patched["trace"]
-    assert len(cases) == 2 * 13
+    assert len(cases) == 2 * 15
     failures = {k: v for k, v in cases.items() if not v["ok"]}
     assert not failures, json.dumps(failures, indent=1)[:4000]
     for key, rec in cases.items():
@@ -72,6 +72,7 @@ def test_patched_traces_fullgraph_to_one_op(patched) -> None:
     returned = {k.split("|")[0]: rec["returned_inputs"] for k, rec in cases.items()}
     assert returned["trtllm-nvfp4-out"] == [0] and returned["routed-unpacked-out"] == [0]
     assert returned["routed-unpacked-unfinalized"] == [1]
+    assert returned["routed-unpacked-lora-unfinalized"] == [1]
     assert returned["cutlass-nvfp4-out"] == [0] and returned["trtllm-nvfp4"] == []
 
 
@@ -86,7 +87,7 @@ def test_unfinalized_output_rows_are_a_run_time_size(patched) -> None:
 
 def test_pristine_fails_the_same_trace(pristine) -> None:
     cases = pristine["trace"]
-    assert len(cases) == 2 * 13
+    assert len(cases) == 2 * 15
     for key, rec in cases.items():
         assert not rec["ok"], f"pristine {VERSION} traced {key}"
         assert rec["error_type"] == "torch._dynamo.exc.Unsupported", (key, rec)
@@ -104,7 +105,7 @@ def test_fake_equals_eager(patched) -> None:
             continue
         assert _matches(rec["eager"], rec["fake"]), (name, rec)
         assert rec["returned_inputs"] == rec["fake_returned_inputs"], (name, rec)
-    assert errors == 3 and len(cases) == 16
+    assert errors == 3 and len(cases) == 18
 
 
 def test_eager_unchanged(patched, pristine) -> None:
@@ -124,4 +125,4 @@ def test_opcheck(patched) -> None:
             bad[name] = rec["opcheck"]
     assert not bad, json.dumps(bad, indent=1)[:4000]
     assert {rec["op"] for rec in cases.values()} == OPS
-    assert len(cases) == 13
+    assert len(cases) == 15
