@@ -205,25 +205,6 @@ class _Launcher(moe_child._KernelModule):
         return super().__getattr__(name)
 
 
-def stub_kernels(tmp: str) -> None:
-    """moe_child.stub_kernels, with every JIT module loading as the 0.7.4 launcher model."""
-    moe_child.stub_kernels(tmp)
-    from flashinfer.fused_moe import core
-    from flashinfer.jit import core as jit_core
-
-    jit_core.JitSpec.build_and_load = lambda self, *a, **k: _Launcher()
-
-    class _Spec:  # the real spec's generation downloads the trtllm-gen cubins
-        def build_and_load(self) -> _Launcher:
-            return _Launcher()
-
-        def get_library_paths(self) -> list[str]:
-            return []
-
-    core.gen_trtllm_gen_fused_moe_sm100_module = lambda **kw: _Spec()
-    core._get_trtllm_moe_sm100_module_impl.cache_clear()
-
-
 def main(request_json: str) -> None:
     req = json.loads(request_json)
     gpu = simulate.SM100
@@ -240,11 +221,11 @@ def main(request_json: str) -> None:
                     moe_child.runnable(cases(), None), req["patched"], req["dynamic"]
                 )
             elif mode == "eager":
-                stub_kernels(req["tmp"])
+                moe_child.stub_kernels(req["tmp"], _Launcher)
                 res["eager"] = moe_child.eager_cases(cases())
             elif mode == "opcheck":
-                stub_kernels(req["tmp"])
-                res["opcheck"] = moe_child.opcheck_cases(moe_child.runnable(cases(), None))
+                moe_child.stub_kernels(req["tmp"], _Launcher)
+                res["opcheck"] = fi_child.opcheck_cases(moe_child.runnable(cases(), None))
     except Exception:
         res["crash"] = traceback.format_exc()
     print("RESULT:" + json.dumps(res))

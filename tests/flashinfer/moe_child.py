@@ -21,7 +21,7 @@ from typing import Any
 
 import fi_child
 import torch
-from fi_child import _compiling_flag, _cpu_like, _fake_cuda_like, cuda
+from fi_child import _compiling_flag, cuda
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -517,13 +517,11 @@ class _KernelModule(fi_child._StubModule):
         return super().__getattr__(name)
 
 
-def stub_kernels(tmp: str) -> list[str]:
-    """fi_child.stub_jit, plus the trtllm fp4 kernel's returned tensors; torch.from_dlpack
-    passes torch tensors through (the real kernel returns TVM FFI tensors)."""
-    built = fi_child.stub_jit(tmp)
-    from flashinfer.jit import core
-
-    core.JitSpec.load = lambda self, so_path: _KernelModule()
+def stub_kernels(tmp: str, module: Callable[[], Any] | None = None) -> list[str]:
+    """fi_child.stub_jit, every module loading as ``module`` (default: the trtllm fp4
+    kernel's returned tensors, modelled); torch.from_dlpack passes torch tensors through
+    (the real kernel returns TVM FFI tensors)."""
+    built = fi_child.stub_jit(tmp, module or _KernelModule)
     from_dlpack = torch.from_dlpack
 
     def from_dlpack_(x: Any, *a: Any, **k: Any) -> Any:
@@ -721,59 +719,7 @@ def _has_op(name: str) -> bool:
 
 
 def opcheck_all(version: str, only: list[str] | None) -> dict[str, Any]:
-    return opcheck_cases(runnable(cases(version, fi_child.CAPABILITY), only))
-
-
-def opcheck_cases(case_list: list[Case]) -> dict[str, Any]:
-    """torch.library.opcheck of the op each case reaches, on CPU tensors, as
-    fi_child.opcheck_all does: a CPU kernel registered only in this process runs the
-    op's real implementation (the public function's eager path, kernels stubbed) on
-    fake CUDA copies of the inputs and returns zeroed CPU tensors of the same metadata."""
-    _allclose_float8()
-    results: dict[str, Any] = {}
-    registered: set[str] = set()
-    for name, entry, build, call in case_list:
-        rec: dict[str, Any] = {"entry": entry}
-        results[name] = rec
-        with FakeTensorMode(allow_non_fake_inputs=True):
-            fake_args = build()
-        cpu_args = tuple(_cpu_tree(a) for a in fake_args)
-        try:
-            captured = fi_child.first_flashinfer_op(call, cpu_args)
-        except Exception as e:
-            rec["error"] = f"capture: {_error(e)}"
-            continue
-        if captured is None:
-            rec["error"] = "no flashinfer op was called"
-            continue
-        op, a, k = captured
-        opname = op._schema.name.split("::")[1]
-        rec["op"] = opname
-        if opname not in registered:
-            _register_cpu_kernel(opname)
-            registered.add(opname)
-        try:
-            with simulate.compiling():
-                res = torch.library.opcheck(op, a, k)
-            rec["opcheck"] = {t: str(v) for t, v in res.items()}
-        except Exception as e:
-            rec["error"] = f"opcheck: {type(e).__name__}: {str(e)[:600]}"
-    return results
-
-
-def _allclose_float8() -> None:
-    """opcheck's schema check compares inputs before and after the call with
-    torch.allclose, which CPU torch does not implement for float8: compare their
-    bytes instead (what SchemaCheckMode means: "not mutated")."""
-    allclose = torch.allclose
-    float8 = {torch.float8_e4m3fn, torch.float8_e5m2}
-
-    def allclose_(a: torch.Tensor, b: torch.Tensor, *args: Any, **kwargs: Any) -> bool:
-        if a.dtype in float8 and b.dtype == a.dtype:
-            return torch.equal(a.view(U8), b.view(U8))
-        return allclose(a, b, *args, **kwargs)
-
-    torch.allclose = allclose_  # type: ignore[assignment]
+    return fi_child.opcheck_cases(runnable(cases(version, fi_child.CAPABILITY), only))
 
 
 def forward_all(version: str, only: list[str] | None) -> dict[str, Any]:
@@ -859,42 +805,6 @@ def forward_all(version: str, only: list[str] | None) -> dict[str, Any]:
         diff = sorted(k for k in user if not same(user[k], forwarded[k]))
         results[name] = {"entry": entry, "op": cap["op"]._schema.name, "diff": diff}
     return results
-
-
-def _cpu_tree(x: Any) -> Any:
-    if isinstance(x, (list, tuple)):
-        return type(x)(_cpu_tree(v) for v in x)
-    return _cpu_like(x)
-
-
-def _fake_cuda_tree(x: Any) -> Any:
-    if isinstance(x, (list, tuple)):
-        return type(x)(_fake_cuda_tree(v) for v in x)
-    return _fake_cuda_like(x)
-
-
-def _zeros_like_cpu(t: torch.Tensor) -> torch.Tensor:
-    return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype).zero_()
-
-
-def _register_cpu_kernel(opname: str) -> None:
-    from torch._library.custom_ops import OPDEFS
-
-    opdef = OPDEFS[f"flashinfer::{opname}"]
-    real = opdef._init_fn
-
-    def cpu_kernel(*args: Any, **kwargs: Any) -> Any:
-        with FakeTensorMode(allow_non_fake_inputs=True):
-            fargs = [_fake_cuda_tree(a) for a in args]
-            fkwargs = {k: _fake_cuda_tree(v) for k, v in kwargs.items()}
-            out = real(*fargs, **fkwargs)
-        if out is None:
-            return None
-        if isinstance(out, torch.Tensor):
-            return _zeros_like_cpu(out)
-        return type(out)(_zeros_like_cpu(t) for t in out)
-
-    opdef.register_kernel("cpu")(cpu_kernel)
 
 
 def main(request_json: str) -> None:

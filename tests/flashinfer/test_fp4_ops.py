@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 
 from conftest import series_versions
-from support.child import run_child_main
+from support.child import opcheck_failures, run_child_main
 
 PROJECT = "flashinfer-python"
 VERSIONS = series_versions(PROJECT)
@@ -183,16 +183,8 @@ def test_fake_equals_eager_shape_logic(child, version: str, gpu: str) -> None:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_opcheck(child, version: str) -> None:
     cases = child(version, "sm120", True, "opcheck")["cases"]
-    bad = {}
-    for name, rec in cases.items():
-        if name in OPCHECK_UNRUNNABLE or unrunnable(version, name):
-            continue
-        if "error" in rec:
-            bad[name] = rec["error"]
-            continue
-        failed = {t: v for t, v in rec["opcheck"].items() if v != "SUCCESS"}
-        if failed:
-            bad[name] = failed
+    skip = {name for name in cases if name in OPCHECK_UNRUNNABLE or unrunnable(version, name)}
+    bad = opcheck_failures(cases, skip)
     assert not bad, json.dumps(bad, indent=1)[:4000]
 
 

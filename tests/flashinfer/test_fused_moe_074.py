@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from support.child import run_child_main
+from support.child import opcheck_failures, run_child_main
 
 PROJECT, VERSION = "flashinfer-python", "0.7.4"
 TRTLLM = {"trtllm_fp4_block_scale_moe", "trtllm_fp4_block_scale_routed_moe"}
@@ -117,12 +117,7 @@ def test_eager_unchanged(patched, pristine) -> None:
 
 def test_opcheck(patched) -> None:
     cases = patched["opcheck"]
-    bad = {}
-    for name, rec in cases.items():
-        if "error" in rec:
-            bad[name] = rec["error"]
-        elif any(v != "SUCCESS" for v in rec["opcheck"].values()):
-            bad[name] = rec["opcheck"]
+    bad = opcheck_failures(cases)
     assert not bad, json.dumps(bad, indent=1)[:4000]
     assert {rec["op"] for rec in cases.values()} == OPS
     assert len(cases) == 15

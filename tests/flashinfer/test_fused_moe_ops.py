@@ -40,7 +40,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO, series_versions
-from support.child import run_child_main
+from support.child import opcheck_failures, run_child_main
 
 PROJECT = "flashinfer-python"
 
@@ -212,14 +212,7 @@ def test_eager_unchanged(moe_results, version: str) -> None:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_opcheck(moe_results, version: str) -> None:
     cases = moe_results[(version, "sm100", True)]["opcheck"]
-    bad = {}
-    for name, rec in cases.items():
-        if "error" in rec:
-            bad[name] = rec["error"]
-            continue
-        failed = {t: v for t, v in rec["opcheck"].items() if v != "SUCCESS"}
-        if failed:
-            bad[name] = failed
+    bad = opcheck_failures(cases)
     assert not bad, json.dumps(bad, indent=1)[:4000]
     assert {rec["op"] for rec in cases.values()} == ALL_OPS
 

@@ -7,7 +7,7 @@ import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
@@ -64,3 +64,17 @@ def run_child_main(
     data: dict[str, Any] = json.loads(lines[-1][len("RESULT:") :])
     assert "crash" not in data, data["crash"]
     return data
+
+
+def opcheck_failures(records: dict[str, Any], skip: Container[str] = ()) -> dict[str, Any]:
+    """The ``opcheck`` records of a child (fi_child.opcheck_cases) that did not pass:
+    name -> the error, or the opcheck tests that did not succeed."""
+    bad: dict[str, Any] = {}
+    for name, rec in records.items():
+        if name in skip:
+            continue
+        if "error" in rec:
+            bad[name] = rec["error"]
+        elif failed := {t: v for t, v in rec["opcheck"].items() if v != "SUCCESS"}:
+            bad[name] = failed
+    return bad
