@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import glob
 import os
+import pathlib
+import sys
 
 import nox
-import tomllib
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
@@ -19,19 +20,13 @@ nox.options.reuse_existing_virtualenvs = True
 TORCH = "torch==2.13.0"
 
 
-def _versions_by_torch() -> dict[str, list[str]]:
-    """Each stack torch pin -> the upstream versions of the stacks that pin it."""
-    with open("patches/stacks.toml", "rb") as f:
-        stacks = tomllib.load(f)["stack"]
-    out: dict[str, list[str]] = {}
-    for stack in stacks:
-        if "torch" in stack:
-            out.setdefault(stack["torch"], []).extend(a.split("==")[1] for a in stack["artifacts"])
-    return out
+# The torch pins of the supported stacks (sglang 0.5.9/0.5.10.post1: 2.9.1, 0.5.11: 2.11.0)
+# and the versions each traces; read with our own stacks module (nox brings `packaging`).
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "src"))
+from fp4graph.stacks import load  # noqa: E402
 
-
-# The torch pins of the supported stacks (sglang 0.5.9/0.5.10.post1: 2.9.1, 0.5.11: 2.11.0).
-VERSIONS_BY_TORCH = _versions_by_torch()
+VERSIONS_BY_TORCH = load(HERE / "patches" / "stacks.toml").versions_by_torch()
 STACK_TORCHES = sorted(VERSIONS_BY_TORCH)
 
 

@@ -88,6 +88,15 @@ class Catalog:
                 + ", ".join(sorted(self.artifacts))
             ) from None
 
+    def versions_by_torch(self) -> dict[str, list[str]]:
+        """Each stack's torch pin -> the upstream versions of the stacks that pin it."""
+        out: dict[str, list[str]] = {}
+        for stack in self.stacks:
+            if stack.torch is not None:
+                versions = [self.artifacts[key].version for key in stack.artifacts]
+                out.setdefault(stack.torch, []).extend(versions)
+        return out
+
     def stack(self, name: str) -> Stack:
         for stack in self.stacks:
             if stack.name == name:

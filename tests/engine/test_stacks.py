@@ -31,6 +31,11 @@ def test_repository_stacks_parse() -> None:
     # sglang >= 0.5.11 ships one wheel per CPython: each is pinned on its own.
     sg = catalog.artifact("sglang", "0.5.11")
     assert [f.filename.split("-")[2] for f in sg.files] == ["cp310", "cp311", "cp312"]
+    # nox -s tracing: which versions each stack torch pin traces.
+    assert catalog.versions_by_torch() == {
+        "2.9.1": ["0.5.9", "0.6.3", "0.5.10.post1", "0.6.7.post3"],
+        "2.11.0": ["0.5.11", "0.6.8.post1"],
+    }
 
 
 @pytest.mark.parametrize(
