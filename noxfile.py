@@ -24,7 +24,7 @@ TORCH = "torch==2.13.0"
 # and the versions each traces; read with our own stacks module (nox brings `packaging`).
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "src"))
-from fp4graph.stacks import load  # noqa: E402
+from fp4graph.model.stacks import load  # noqa: E402
 
 VERSIONS_BY_TORCH = load(HERE / "patches" / "stacks.toml").versions_by_torch()
 STACK_TORCHES = sorted(VERSIONS_BY_TORCH)

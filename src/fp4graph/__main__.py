@@ -11,16 +11,17 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
-from . import build, config, fetch, lint, log, publish, trees
-from . import stacks as stacks_module
-from .errors import Fp4graphError
+from .model import config, log
+from .model import stacks as stacks_module
+from .model.errors import Fp4graphError
+from .wheels import build, fetch, lint, publish, trees
 
 # Commands implemented in their own modules: name -> (module, help).
 # Each module provides add_arguments(parser) and run(args) -> int.
 MODULE_COMMANDS: dict[str, tuple[str, str]] = {
-    "upstream": (".upstream", "PR-ready branches, format-patch output and PR bodies from a series"),
-    "drift": (".drift", "classify every patch against every upstream release"),
-    "rebase": (".carry", "carry a series from one upstream version to another"),
+    "upstream": (".forward.prs", "PR-ready branches, format-patch output and PR bodies from a series"),
+    "drift": (".forward.drift", "classify every patch against every upstream release"),
+    "rebase": (".forward.rebase", "carry a series from one upstream version to another"),
     "integration": (
         ".integration.command",
         "sglang on SM120: piecewise on vs off, greedy check, bench report",

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from fp4graph import config
+from fp4graph.model import config
 from support.checkout import REPO, STACK, make_checkout
 
 __all__ = ["REPO", "STACK", "make_checkout", "snapshot"]

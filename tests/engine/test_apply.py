@@ -5,9 +5,10 @@ import shutil
 
 import pytest
 
-from fp4graph import apply, series, trees
-from fp4graph.config import Settings
-from fp4graph.errors import PatchError
+from fp4graph.model import series
+from fp4graph.model.config import Settings
+from fp4graph.model.errors import PatchError
+from fp4graph.wheels import apply, trees
 
 
 def pristine(settings: Settings, project: str, version: str, dest: pathlib.Path) -> pathlib.Path:

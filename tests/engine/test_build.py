@@ -10,8 +10,8 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
-from fp4graph import build, repack
-from fp4graph.config import Settings
+from fp4graph.model.config import Settings
+from fp4graph.wheels import build, repack
 
 from .conftest import STACK, make_checkout, snapshot
 

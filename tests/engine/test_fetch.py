@@ -10,9 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from fp4graph import build, fetch, stacks
-from fp4graph.config import Settings
-from fp4graph.errors import FetchError, HashMismatchError
+from fp4graph.model import stacks
+from fp4graph.model.config import Settings
+from fp4graph.model.errors import FetchError, HashMismatchError
+from fp4graph.wheels import build, fetch
 
 from .conftest import STACK, snapshot
 

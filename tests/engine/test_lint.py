@@ -4,8 +4,8 @@ import pathlib
 
 import pytest
 
-from fp4graph import lint
-from fp4graph.config import Settings
+from fp4graph.model.config import Settings
+from fp4graph.wheels import lint
 
 from .conftest import REPO
 

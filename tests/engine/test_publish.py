@@ -16,9 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from fp4graph import build, publish
-from fp4graph.config import Settings
-from fp4graph.errors import Fp4graphError, PublishError
+from fp4graph.model.config import Settings
+from fp4graph.model.errors import Fp4graphError, PublishError
+from fp4graph.wheels import build, publish
 
 from .conftest import STACK, make_checkout
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from fp4graph import stacks
-from fp4graph.errors import ConfigError
+from fp4graph.model import stacks
+from fp4graph.model.errors import ConfigError
 
 from .conftest import REPO
 

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from fp4graph.errors import ConfigError
 from fp4graph.integration import command, device, plan
+from fp4graph.model.errors import ConfigError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 H200 = "NVIDIA H200, 9.0\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 import shutil
 
-from fp4graph import config
+from fp4graph.model import config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE_PATCHES = REPO / "tests" / "engine" / "fixtures" / "patches"

@@ -19,11 +19,12 @@ import urllib.request
 
 import pytest
 
-from fp4graph import checks, config, drift, upstream
-from fp4graph.carry import nearest_series_version, rebase
-from fp4graph.config import Settings
-from fp4graph.errors import PatchError
-from fp4graph.srcrepo import git
+from fp4graph.forward import checks, drift, prs
+from fp4graph.forward.rebase import nearest_series_version, rebase
+from fp4graph.forward.sources import git
+from fp4graph.model import config
+from fp4graph.model.config import Settings
+from fp4graph.model.errors import PatchError
 from support.checkout import make_checkout
 
 HERE = pathlib.Path(__file__).parent
@@ -63,7 +64,7 @@ def has_tools(*names: str) -> bool:
 
 def test_flashinfer_prs_from_the_sdist(checkout: Settings, tmp_path: pathlib.Path) -> None:
     out = tmp_path / "out"
-    result = upstream.prepare(checkout, FI, out, version="0.6.3", run_checks=False, run_tests=False)
+    result = prs.prepare(checkout, FI, out, version="0.6.3", run_checks=False, run_tests=False)
     assert result.origin == "sdist flashinfer_python-0.6.3.tar.gz"
     assert [pr.branch for pr in result.prs] == ["fp4graph/0001-add-fixture-marker"]
     repo = out / "repo"
@@ -85,7 +86,7 @@ def test_flashinfer_prs_from_the_sdist(checkout: Settings, tmp_path: pathlib.Pat
     summary = json.loads((out / "summary.json").read_text())
     assert summary["prs"][0]["branch"] == "fp4graph/0001-add-fixture-marker"
     # the same inputs make the same commits (fixed committer identity and date)
-    again = upstream.prepare(checkout, FI, tmp_path / "again", version="0.6.3",
+    again = prs.prepare(checkout, FI, tmp_path / "again", version="0.6.3",
                              run_checks=False, run_tests=False)
     assert again.prs[0].commit == result.prs[0].commit
 
@@ -94,14 +95,14 @@ def test_conflict_fails_clearly(checkout: Settings, tmp_path: pathlib.Path) -> N
     add_series(checkout, FI, "0.6.3", [MARKER, "0003-conflicts.patch"])
     with pytest.raises(PatchError, match=r"0003-conflicts\.patch: does not apply to flashinfer-python "
                        r"0\.6\.3 .*git am -3.*flashinfer/__init__\.py.*fp4graph rebase"):
-        upstream.prepare(checkout, FI, tmp_path / "out", version="0.6.3", run_checks=False, run_tests=False)
+        prs.prepare(checkout, FI, tmp_path / "out", version="0.6.3", run_checks=False, run_tests=False)
     assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.skipif(not has_tools("ruff", "mypy"), reason="ruff/mypy not installed (tests/upstream/requirements.txt)")
 def test_flashinfer_checks_use_upstream_config(checkout: Settings, tmp_path: pathlib.Path) -> None:
     add_series(checkout, FI, "0.6.3", [MARKER, "0004-bad-style.patch"])
-    result = upstream.prepare(checkout, FI, tmp_path / "out", version="0.6.3", tools="path",
+    result = prs.prepare(checkout, FI, tmp_path / "out", version="0.6.3", tools="path",
                               run_tests=False)
     by_hook = {c.hook: c for c in result.checks}
     assert set(by_hook) == {"ruff-check", "ruff-format", "mypy"}, result.checks
@@ -177,7 +178,7 @@ def test_failures_upstream_has_too_are_not_the_series(tmp_path: pathlib.Path) ->
 
 def test_sglang_prs_use_the_python_layout(checkout: Settings, tmp_path: pathlib.Path) -> None:
     tools = has_tools("black", "isort", "codespell")
-    result = upstream.prepare(checkout, "sglang", tmp_path / "out", version="0.5.9",
+    result = prs.prepare(checkout, "sglang", tmp_path / "out", version="0.5.9",
                               run_checks=tools, tools="path", python=sys.executable)
     repo = tmp_path / "out" / "repo"
     assert 'FP4GRAPH_FIXTURE = "applied"' in (repo / "python/sglang/global_config.py").read_text()
@@ -197,17 +198,17 @@ def test_sglang_prs_use_the_python_layout(checkout: Settings, tmp_path: pathlib.
 def test_local_clone_and_explicit_push(checkout: Settings, tmp_path: pathlib.Path) -> None:
     # a user's clone: the pristine source repository, with upstream's tag
     user = tmp_path / "flashinfer"
-    pristine = upstream.prepare(checkout, FI, tmp_path / "first", version="0.6.3",
+    pristine = prs.prepare(checkout, FI, tmp_path / "first", version="0.6.3",
                                 run_checks=False, run_tests=False)
     subprocess.run(["git", "clone", "-q", str(pristine.repo), str(user)], check=True)
     assert git(user, "tag", "--list").stdout.split() == ["v0.6.3"]
     remote = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
-    result = upstream.prepare(checkout, FI, tmp_path / "out", version="0.6.3", repo=user,
+    result = prs.prepare(checkout, FI, tmp_path / "out", version="0.6.3", repo=user,
                               run_checks=False, run_tests=False)
     assert result.origin.startswith(f"clone of {user}")
     assert not git(remote, "branch", "--list").stdout.strip()  # dry run: nothing pushed
-    upstream.push(result, str(remote), user)
+    prs.push(result, str(remote), user)
     assert "fp4graph/0001-add-fixture-marker" in git(remote, "branch", "--list").stdout
 
 
@@ -215,10 +216,10 @@ def test_push_needs_a_remote(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
     parser = argparse.ArgumentParser()
-    upstream.add_arguments(parser)
+    prs.add_arguments(parser)
     args = parser.parse_args([FI, "--push"])
     with pytest.raises(Exception, match="--push needs an explicit --remote"):
-        upstream.run(args)
+        prs.run(args)
 
 
 # --- nearest series, rebase ---------------------------------------------------------

@@ -22,9 +22,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import default_cache_dir, find_checkout
-from ..errors import Fp4graphError
-from . import benchmark, device, flags, plan, server, upstream
+from ..model.config import default_cache_dir, find_checkout
+from ..model.errors import Fp4graphError
+from . import benchmark, device, flags, plan, server, sglang_suite
 
 SKIPPED = "integration: SKIPPED:"
 SRC = pathlib.Path(__file__).resolve().parents[2]  # .../src, put on the venv's PYTHONPATH
@@ -130,7 +130,7 @@ def describe(args: argparse.Namespace, layout: Layout, install: plan.InstallPlan
                 )
                 lines.append(f"  bench c={level}: " + plan.render(cmd))
     if args.sglang_checkout:
-        lines.append(f"upstream test: {install.python} {args.sglang_checkout / upstream.TEST_FILE}")
+        lines.append(f"upstream test: {install.python} {args.sglang_checkout / sglang_suite.TEST_FILE}")
     lines.append(f"report: {layout.output / 'report.md'} and report.json")
     return lines
 
@@ -233,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
             f"on {m.on!r} vs off {m.off!r}"
         )
     if args.sglang_checkout:
-        cmd = upstream.test_command(install.python, args.sglang_checkout, version)
+        cmd = sglang_suite.test_command(install.python, args.sglang_checkout, version)
         try:
             _run_logged(cmd, logs / "upstream-test.log")
         except Fp4graphError as exc:

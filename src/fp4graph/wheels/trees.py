@@ -7,13 +7,13 @@ import pathlib
 import shutil
 import tempfile
 
+from ..model.config import Settings
+from ..model.errors import ConfigError
+from ..model.series import Series, load_series
+from ..model.stacks import Artifact, ArtifactFile, load
 from .apply import apply_series
-from .config import Settings
-from .errors import ConfigError
 from .fetch import fetch
 from .repack import set_local_version, unpack
-from .series import Series, load_series
-from .stacks import Artifact, ArtifactFile, load
 
 
 def build_tree(

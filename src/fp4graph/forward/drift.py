@@ -44,14 +44,14 @@ from typing import Any
 from packaging.utils import parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .apply import FileDiff, layout_for, split_diff
-from .carry import nearest_series_version
-from .config import Settings
-from .errors import FetchError, Fp4graphError
-from .fetch import list_files
-from .files import write_atomic
-from .log import log
-from .series import Patch, Series, load_series
+from ..model.config import Settings
+from ..model.errors import FetchError, Fp4graphError
+from ..model.files import write_atomic
+from ..model.log import log
+from ..model.series import Patch, Series, load_series
+from ..wheels.apply import FileDiff, layout_for, split_diff
+from ..wheels.fetch import list_files
+from .rebase import nearest_series_version
 
 FIRST_RELEASE = {"flashinfer-python": "0.6.0", "sglang": "0.5.8"}
 STATUSES = ("applies", "upstream", "superseded", "conflicts", "unchecked")
@@ -551,7 +551,7 @@ def write_reports(out_dir: pathlib.Path, cells: Sequence[Cell], notes: Sequence[
 
 def needs_attention(settings: Settings, cells: Sequence[Cell]) -> list[Cell]:
     """Patches that no longer apply (or are upstream) in releases newer than every series."""
-    from .carry import series_versions
+    from .rebase import series_versions
 
     newest = {
         p: max((Version(v) for v in series_versions(settings.patches_dir, p)), default=None)
@@ -608,7 +608,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .upstream import settings_from_args
+    from .prs import settings_from_args
 
     settings = settings_from_args(args)
     started = time.monotonic()

@@ -14,9 +14,9 @@ import pathlib
 import re
 import subprocess
 
-from .errors import PatchError
-from .log import log
-from .series import Patch, Series
+from ..model.errors import PatchError
+from ..model.log import log
+from ..model.series import Patch, Series
 
 _SECTION = re.compile(r"^diff --git ", re.M)
 _PATHS = re.compile(r"^diff --git a/(?P<old>\S+) b/(?P<new>\S+)$", re.M)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 import subprocess
 
-from ..errors import Fp4graphError
+from ..model.errors import Fp4graphError
 
 # Upstream's piecewise tests (unittest style; FP4 case needs SM100+, ran on B200 upstream).
 TEST_FILE = "test/registered/piecewise_cuda_graph/test_piecewise_cuda_graph_small_1_gpu.py"

@@ -20,12 +20,12 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 
-from .apply import layout_for
-from .config import Settings
-from .errors import Fp4graphError
-from .fetch import fetch
-from .log import log
-from .stacks import Artifact, ArtifactFile
+from ..model.config import Settings
+from ..model.errors import Fp4graphError
+from ..model.log import log
+from ..model.stacks import Artifact, ArtifactFile
+from ..wheels.apply import layout_for
+from ..wheels.fetch import fetch
 
 IDENTITY = ("fp4graph", "fp4graph@users.noreply.github.com")
 FIXED_DATE = "2000-01-01T00:00:00+0000"

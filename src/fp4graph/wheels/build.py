@@ -18,14 +18,15 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 
-from . import __version__, apply, repack, trees
-from .config import Settings
+from .. import __version__
+from ..model.config import Settings
+from ..model.log import log
+from ..model.series import Series, load_series
+from ..model.stacks import Artifact, ArtifactFile, Catalog, load
+from . import apply, repack, trees
 from .fetch import fetch, sha256_of
 from .index import write_index, write_metadata_files
-from .log import log
 from .repack import pack
-from .series import Series, load_series
-from .stacks import Artifact, ArtifactFile, Catalog, load
 from .trees import build_tree
 
 # Zip timestamps of a series without a Last-Update date (2026-01-01).

@@ -17,10 +17,10 @@ import urllib.request
 
 from packaging.utils import canonicalize_name
 
-from .config import Settings
-from .errors import FetchError, HashMismatchError
-from .log import log
-from .stacks import ArtifactFile
+from ..model.config import Settings
+from ..model.errors import FetchError, HashMismatchError
+from ..model.log import log
+from ..model.stacks import ArtifactFile
 
 _ACCEPT = (
     "application/vnd.pypi.simple.v1+json, "

@@ -31,14 +31,14 @@ from typing import Any
 
 from packaging.version import Version
 
+from ..model.config import Settings
+from ..model.errors import ConfigError, Fp4graphError
+from ..model.log import log
+from ..model.series import DEP3_FIELD, Patch, Series
+from ..model.stacks import Artifact, load
 from . import checks
-from .carry import Applied, am_series, nearest_series, topic
-from .config import Settings
-from .errors import ConfigError, Fp4graphError
-from .log import log
-from .series import DEP3_FIELD, Patch, Series
-from .srcrepo import SourceRepo, checkout_at, git, source_repo
-from .stacks import Artifact, load
+from .rebase import Applied, am_series, nearest_series, topic
+from .sources import SourceRepo, checkout_at, git, source_repo
 
 PROJECTS = ("flashinfer-python", "sglang")
 GITHUB = {"flashinfer-python": "flashinfer-ai/flashinfer", "sglang": "sgl-project/sglang"}
@@ -82,7 +82,7 @@ FALLBACK_TEMPLATE = {
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """The CLI's settings (checkout found from the working directory, env, --index-url)."""
-    from . import __main__ as cli
+    from .. import __main__ as cli
 
     return cli.settings_from_args(args)
 

@@ -10,9 +10,9 @@ import sys
 
 from wheel.wheelfile import WheelFile
 
-from .errors import BuildError
-from .log import log
-from .stacks import Artifact
+from ..model.errors import BuildError
+from ..model.log import log
+from ..model.stacks import Artifact
 
 # The module each project reads its runtime ``__version__`` from.
 VERSION_FILES = {

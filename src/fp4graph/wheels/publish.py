@@ -9,9 +9,9 @@ import sys
 
 from packaging.utils import parse_wheel_filename
 
-from .errors import PublishError
+from ..model.errors import PublishError
+from ..model.log import log
 from .fetch import list_files
-from .log import log
 
 
 def default_simple_url(repository_url: str) -> str:

@@ -19,12 +19,12 @@ import tempfile
 
 from packaging.version import InvalidVersion, Version
 
-from .config import Settings
-from .errors import ConfigError, PatchError
-from .log import log
-from .series import SERIES_FILE, Patch, Series, load_series
-from .srcrepo import SourceRepo, git, git_env, source_repo
-from .stacks import load
+from ..model.config import Settings
+from ..model.errors import ConfigError, PatchError
+from ..model.log import log
+from ..model.series import SERIES_FILE, Patch, Series, load_series
+from ..model.stacks import load
+from .sources import SourceRepo, git, git_env, source_repo
 
 _LAST_UPDATE = re.compile(r"^Last-Update: .*$", re.M)
 
@@ -198,7 +198,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .upstream import settings_from_args
+    from .prs import settings_from_args
 
     settings = settings_from_args(args)
     out = args.out or settings.patches_dir / args.project / args.to_version

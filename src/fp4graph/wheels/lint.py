@@ -6,9 +6,9 @@ import pathlib
 
 from packaging.utils import canonicalize_name
 
-from .errors import ConfigError
-from .series import PATCH_NAME, SERIES_FILE, Patch, iter_series_dirs, read_series_names
-from .stacks import load
+from ..model.errors import ConfigError
+from ..model.series import PATCH_NAME, SERIES_FILE, Patch, iter_series_dirs, read_series_names
+from ..model.stacks import load
 
 
 def lint(patches_dir: pathlib.Path) -> list[str]:

@@ -22,8 +22,8 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import Fp4graphError
-from .log import log
+from ..model.errors import Fp4graphError
+from ..model.log import log
 
 # The hooks we run, per project: pre-commit hook id -> how to run it as a check.
 HOOKS: dict[str, tuple[str, ...]] = {

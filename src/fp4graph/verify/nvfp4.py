@@ -310,7 +310,7 @@ def quantize_rowmajor(
     ``global_scale`` required, as the op requires it).
     """
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise TypeError(f"fp4ref quantizes fp16/bf16/fp32 input, got {x.dtype}")
+        raise TypeError(f"the NVFP4 reference quantizes fp16/bf16/fp32 input, got {x.dtype}")
     xb = _blocks(x, sf_vec_size).float()
     vec_max = xb.abs().amax(dim=-1)  # exact: a max of input values
     rcp6 = torch.tensor(1.0 / 6.0, dtype=torch.float32)
