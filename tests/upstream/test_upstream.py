@@ -20,11 +20,12 @@ import urllib.request
 import pytest
 
 from fp4graph.forward import checks, drift, prs
-from fp4graph.forward.rebase import nearest_series_version, rebase
+from fp4graph.forward.rebase import rebase
 from fp4graph.forward.sources import git
 from fp4graph.model import config
 from fp4graph.model.config import Settings
 from fp4graph.model.errors import PatchError
+from fp4graph.model.series import nearest_series_version
 from support.checkout import make_checkout
 
 HERE = pathlib.Path(__file__).parent

@@ -48,10 +48,9 @@ from ..model.config import Settings
 from ..model.errors import FetchError, Fp4graphError
 from ..model.files import write_atomic
 from ..model.log import log
-from ..model.series import Patch, Series, load_series
+from ..model.series import Patch, Series, load_series, nearest_series_version, series_versions
 from ..wheels.apply import FileDiff, layout_for, split_diff
 from ..wheels.fetch import list_files
-from .rebase import nearest_series_version
 
 FIRST_RELEASE = {"flashinfer-python": "0.6.0", "sglang": "0.5.8"}
 STATUSES = ("applies", "upstream", "superseded", "conflicts", "unchecked")
@@ -551,8 +550,6 @@ def write_reports(out_dir: pathlib.Path, cells: Sequence[Cell], notes: Sequence[
 
 def needs_attention(settings: Settings, cells: Sequence[Cell]) -> list[Cell]:
     """Patches that no longer apply (or are upstream) in releases newer than every series."""
-    from .rebase import series_versions
-
     newest = {
         p: max((Version(v) for v in series_versions(settings.patches_dir, p)), default=None)
         for p in {c.project for c in cells}

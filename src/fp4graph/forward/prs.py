@@ -34,10 +34,10 @@ from packaging.version import Version
 from ..model.config import Settings
 from ..model.errors import ConfigError, Fp4graphError
 from ..model.log import log
-from ..model.series import DEP3_FIELD, Patch, Series
+from ..model.series import DEP3_FIELD, Patch, Series, nearest_series
 from ..model.stacks import Artifact, load
 from . import checks
-from .rebase import Applied, am_series, nearest_series, topic
+from .rebase import Applied, am_series
 from .sources import SourceRepo, checkout_at, git, source_repo
 
 PROJECTS = ("flashinfer-python", "sglang")
@@ -389,7 +389,7 @@ def prepare(
     if project not in PROJECTS:
         raise ConfigError(f"unknown project {project!r}; one of {', '.join(PROJECTS)}")
     artifact = target_artifact(settings, project, version)
-    series = nearest_series(settings, project, artifact.version)
+    series = nearest_series(settings.patches_dir, project, artifact.version)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
     try:
@@ -445,7 +445,7 @@ def _write_prs(
     prs = []
     previous: str | None = None
     for item in applied:
-        name = topic(item.patch)
+        name = item.patch.topic
         branch = BRANCH_PREFIX + name.rstrip("-.")
         pr_dir = staging / "prs" / name
         pr_dir.mkdir(parents=True)

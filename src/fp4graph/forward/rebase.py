@@ -1,5 +1,4 @@
-"""Series across releases: the nearest series for a version, applying one with ``git am``,
-and ``rebase``: carry a series from version A to version B.
+"""Applying a series with ``git am``, and ``rebase``: carry a series from version A to version B.
 
 ``python -m fp4graph rebase PROJECT A B`` applies A's series to A's source, cherry-picks
 each commit onto B's source (a three-way merge against A's tree), and writes B's series
@@ -17,8 +16,6 @@ import re
 import shutil
 import tempfile
 
-from packaging.version import InvalidVersion, Version
-
 from ..model.config import Settings
 from ..model.errors import ConfigError, PatchError
 from ..model.log import log
@@ -27,42 +24,6 @@ from ..model.stacks import load
 from .sources import SourceRepo, git, git_env, source_repo
 
 _LAST_UPDATE = re.compile(r"^Last-Update: .*$", re.M)
-
-
-def series_versions(patches_dir: pathlib.Path, project: str) -> list[str]:
-    """Versions of ``project`` with a ``series`` file, oldest first."""
-    root = patches_dir / project
-    found = []
-    for d in root.glob("*"):
-        if (d / SERIES_FILE).is_file():
-            try:
-                found.append((Version(d.name), d.name))
-            except InvalidVersion:
-                continue
-    return [name for _, name in sorted(found)]
-
-
-def nearest_series_version(patches_dir: pathlib.Path, project: str, version: str) -> str | None:
-    """The series for ``version``: the highest series version <= it, else the lowest one."""
-    versions = series_versions(patches_dir, project)
-    if not versions:
-        return None
-    target = Version(version)
-    below = [v for v in versions if Version(v) <= target]
-    return below[-1] if below else versions[0]
-
-
-def nearest_series(settings: Settings, project: str, version: str) -> Series:
-    chosen = nearest_series_version(settings.patches_dir, project, version)
-    series = load_series(settings.patches_dir, project, chosen) if chosen else None
-    if series is None:
-        raise ConfigError(f"{settings.patches_dir / project}: no series for {project}")
-    return series
-
-
-def topic(patch: Patch) -> str:
-    """``0002-feat-quant-...`` from ``0002-feat-quant-....patch``."""
-    return patch.name.removesuffix(".patch")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -97,7 +58,7 @@ def am_series(repo: SourceRepo, series: Series, *, branch_prefix: str | None = N
             )
         sha = git(repo.path, "rev-parse", "HEAD").stdout.strip()
         if branch_prefix is not None:
-            git(repo.path, "branch", "-f", branch_prefix + topic(patch).rstrip("-."), sha)
+            git(repo.path, "branch", "-f", branch_prefix + patch.topic.rstrip("-."), sha)
         applied.append(Applied(patch=patch, commit=sha))
     return applied
 

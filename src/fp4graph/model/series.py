@@ -11,6 +11,8 @@ import pathlib
 import re
 from collections.abc import Iterator
 
+from packaging.version import InvalidVersion, Version
+
 from .errors import ConfigError
 
 SERIES_FILE = "series"
@@ -35,6 +37,11 @@ class Patch:
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def topic(self) -> str:
+        """``0002-feat-quant-...`` from ``0002-feat-quant-....patch``."""
+        return self.name.removesuffix(".patch")
 
     @property
     def files(self) -> list[str]:
@@ -147,3 +154,34 @@ def iter_series_dirs(patches_dir: pathlib.Path) -> Iterator[tuple[str, str, path
     for project_dir in sorted(p for p in patches_dir.iterdir() if p.is_dir()):
         for version_dir in sorted(p for p in project_dir.iterdir() if p.is_dir()):
             yield project_dir.name, version_dir.name, version_dir
+
+
+def series_versions(patches_dir: pathlib.Path, project: str) -> list[str]:
+    """Versions of ``project`` with a ``series`` file, oldest first."""
+    found = []
+    for d in (patches_dir / project).glob("*"):
+        if (d / SERIES_FILE).is_file():
+            try:
+                found.append((Version(d.name), d.name))
+            except InvalidVersion:
+                continue
+    return [name for _, name in sorted(found)]
+
+
+def nearest_series_version(patches_dir: pathlib.Path, project: str, version: str) -> str | None:
+    """The series for ``version``: the highest series version <= it, else the lowest one."""
+    versions = series_versions(patches_dir, project)
+    if not versions:
+        return None
+    target = Version(version)
+    below = [v for v in versions if Version(v) <= target]
+    return below[-1] if below else versions[0]
+
+
+def nearest_series(patches_dir: pathlib.Path, project: str, version: str) -> Series:
+    """The nearest series for ``version`` (see :func:`nearest_series_version`)."""
+    chosen = nearest_series_version(patches_dir, project, version)
+    series = load_series(patches_dir, project, chosen) if chosen else None
+    if series is None:
+        raise ConfigError(f"{patches_dir / project}: no series for {project}")
+    return series
