@@ -19,6 +19,7 @@ import urllib.request
 
 import pytest
 
+from fp4graph import cli
 from fp4graph.forward import checks, drift, prs
 from fp4graph.forward.rebase import rebase
 from fp4graph.forward.sources import git
@@ -213,14 +214,9 @@ def test_local_clone_and_explicit_push(checkout: Settings, tmp_path: pathlib.Pat
     assert "fp4graph/0001-add-fixture-marker" in git(remote, "branch", "--list").stdout
 
 
-def test_push_needs_a_remote(monkeypatch: pytest.MonkeyPatch) -> None:
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    prs.add_arguments(parser)
-    args = parser.parse_args([FI, "--push"])
-    with pytest.raises(Exception, match="--push needs an explicit --remote"):
-        prs.run(args)
+def test_push_needs_a_remote(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["upstream", FI, "--push"]) == 2
+    assert "Fp4graphError: --push needs an explicit --remote" in capsys.readouterr().err
 
 
 # --- nearest series, rebase ---------------------------------------------------------

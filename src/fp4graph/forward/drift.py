@@ -21,7 +21,6 @@ extracted file are cached under ``<cache>/drift/``; a second run reads no artifa
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import io
@@ -561,6 +560,14 @@ def needs_attention(settings: Settings, cells: Sequence[Cell]) -> list[Cell]:
     ]
 
 
+def report_to_github(settings: Settings, label: str, cells: Sequence[Cell]) -> str:
+    """Open or update the ``label`` issue with the cells that need attention; what was done."""
+    attention = needs_attention(settings, cells)
+    report = markdown(attention, [f"{len(attention)} pair(s) in releases newer than every series."]
+                      ) if attention else "No patch drifts in releases newer than the series.\n"
+    return github_issue(label, attention, report)
+
+
 def github_issue(label: str, cells: Sequence[Cell], report: str) -> str:
     """Open the issue labelled ``label`` (or update the open one) with ``report``."""
     if shutil.which("gh") is None:
@@ -588,41 +595,3 @@ def github_issue(label: str, cells: Sequence[Cell], report: str) -> str:
         return "opened an issue"
     finally:
         os.unlink(f.name)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--project", action="append", choices=("flashinfer-python", "sglang"),
-                        help="check only this project (repeatable; default both)")
-    parser.add_argument("--release", action="append", metavar="VERSION",
-                        help="check only this release (repeatable; with one --project)")
-    parser.add_argument("--out", type=pathlib.Path, help="report directory (default wheels/reports)")
-    parser.add_argument("--refresh", action="store_true", help="re-read the release list now")
-    parser.add_argument("--offline", action="store_true", help="use only the cache")
-    parser.add_argument("--github-issue", metavar="LABEL",
-                        help="open or update the open issue with this label when patches drift")
-    parser.add_argument("--index-url", help="simple index to read releases from (default PyPI)")
-    parser.add_argument("--find-links", action="append", help=argparse.SUPPRESS)
-
-
-def run(args: argparse.Namespace) -> int:
-    from .prs import settings_from_args
-
-    settings = settings_from_args(args)
-    started = time.monotonic()
-    projects = args.project or ("flashinfer-python", "sglang")
-    only = {p: args.release for p in projects} if args.release else None
-    cells, notes = drift(settings, projects, refresh=args.refresh, offline=args.offline, only=only)
-    out = args.out or settings.wheels_dir / "reports"
-    write_reports(out, cells, notes)
-    print(text_matrix(cells) if cells else "no series to check")
-    for note in notes:
-        print(note)
-    counts = {s: sum(c.status == s for c in cells) for s in STATUSES}
-    print(", ".join(f"{n} {s}" for s, n in counts.items())
-          + f"; {time.monotonic() - started:.1f}s; wrote {out / 'drift.md'}, {out / 'drift.json'}")
-    if args.github_issue:
-        attention = needs_attention(settings, cells)
-        report = markdown(attention, [f"{len(attention)} pair(s) in releases newer than every series."]
-                          ) if attention else "No patch drifts in releases newer than the series.\n"
-        print(github_issue(args.github_issue, attention, report))
-    return 0

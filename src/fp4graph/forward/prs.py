@@ -1,4 +1,4 @@
-"""``python -m fp4graph upstream PROJECT``: PR-ready branches from a series.
+"""PR-ready branches from a series (``python -m fp4graph upstream PROJECT``).
 
 Builds a git repository of the upstream source (a clone of ``--repo``, else one made
 from the pinned sdist), applies the nearest series with ``git am -3`` (one commit per
@@ -16,7 +16,6 @@ stacked on.  Nothing is pushed unless ``--push --remote R`` is given.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -32,7 +31,7 @@ from typing import Any
 from packaging.version import Version
 
 from ..model.config import Settings
-from ..model.errors import ConfigError, Fp4graphError
+from ..model.errors import ConfigError
 from ..model.log import log
 from ..model.series import DEP3_FIELD, Patch, Series, nearest_series
 from ..model.stacks import Artifact, load
@@ -78,13 +77,6 @@ FALLBACK_TEMPLATE = {
         "as needed.\n"
     ),
 }
-
-
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    """The CLI's settings (checkout found from the working directory, env, --index-url)."""
-    from .. import __main__ as cli
-
-    return cli.settings_from_args(args)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -529,54 +521,3 @@ def push(result: Result, remote: str, repo: pathlib.Path | None) -> None:
         url = git(repo, "remote", "get-url", remote).stdout.strip()
     for pr in result.prs:
         git(result.repo, "push", url, f"{pr.branch}:refs/heads/{pr.branch}")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("project", choices=PROJECTS)
-    parser.add_argument("--version", help="upstream version (default: the newest pinned one)")
-    parser.add_argument("--repo", type=pathlib.Path, help="a local clone of upstream (default: the pinned sdist)")
-    parser.add_argument("--base", help="commit to apply the series on (default: tag v<version>)")
-    parser.add_argument("--out", type=pathlib.Path, help="output directory (default wheels/upstream/<project>-<version>)")
-    parser.add_argument("--no-checks", action="store_true", help="skip upstream's pre-commit checks")
-    parser.add_argument("--tools", choices=("auto", "path"), default="auto",
-                        help="auto: install the pinned check tools into cached venvs; path: use PATH")
-    parser.add_argument("--no-tests", action="store_true", help="do not run the tests the patches add")
-    parser.add_argument("--python", default=sys.executable, help="interpreter for those tests")
-    parser.add_argument("--push", action="store_true", help="push the PR branches (needs --remote)")
-    parser.add_argument("--remote", help="where to push: a URL or a remote name of --repo")
-    parser.add_argument("--index-url", help="simple index to fetch upstream files from (default PyPI)")
-    parser.add_argument("--find-links", action="append", help="directory of upstream files to use first")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.push and not args.remote:
-        raise Fp4graphError("--push needs an explicit --remote (a URL or a remote name of --repo)")
-    settings = settings_from_args(args)
-    version = args.version
-    out = args.out
-    if out is None:
-        shown = version or target_artifact(settings, args.project, None).version
-        out = settings.wheels_dir / "upstream" / f"{args.project}-{shown}"
-    result = prepare(
-        settings, args.project, out, version=version, repo=args.repo, base=args.base,
-        run_checks=not args.no_checks, tools=args.tools, run_tests=not args.no_tests,
-        python=args.python,
-    )
-    print(f"{result.project} {result.version}: series {result.series_version}, source {result.origin}")
-    for pr in result.prs:
-        print(f"  {pr.branch}  {pr.commit[:12]}  {pr.patch.subject}")
-    for c in result.checks:
-        status = "PASSED" if c.ok else c.status
-        print(f"  check {c.hook}: {status} ({len(c.files)} file(s))")
-    for t in result.tests:
-        print(f"  test {t.path}: {t.outcome}")
-    print(f"wrote {out} (summary.md, prs/*/PR.md, repo/)")
-    if args.push:
-        if not result.ok:
-            print("not pushing: checks or tests failed", file=sys.stderr)
-            return 1
-        push(result, args.remote, args.repo)
-        print(f"pushed {len(result.prs)} branch(es) to {args.remote}")
-    else:
-        print("dry run: nothing pushed (use --push --remote R)")
-    return 0 if result.ok else 1

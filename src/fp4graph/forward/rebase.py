@@ -8,7 +8,6 @@ that conflict, or that become empty because B already has them, are listed for a
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import pathlib
@@ -144,33 +143,3 @@ def rebase(
     shutil.move(str(tmp_out), out_dir)
     log(f"rebase: wrote {len(written)} patch(es) to {out_dir}")
     return results
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("project", choices=["flashinfer-python", "sglang"])
-    parser.add_argument("from_version", help="the version whose series to carry (A)")
-    parser.add_argument("to_version", help="the pinned version to carry it to (B)")
-    parser.add_argument(
-        "--out", type=pathlib.Path,
-        help="where to write B's series (default patches/<project>/<B>/; refused if it exists)",
-    )
-    parser.add_argument("--force", action="store_true", help="replace an existing --out")
-    parser.add_argument("--work-dir", type=pathlib.Path, help="keep the git repositories here")
-
-
-def run(args: argparse.Namespace) -> int:
-    from .prs import settings_from_args
-
-    settings = settings_from_args(args)
-    out = args.out or settings.patches_dir / args.project / args.to_version
-    if out.exists() and not args.force:
-        raise ConfigError(f"{out}: exists; pass --force to replace it or --out elsewhere")
-    work = args.work_dir or pathlib.Path(tempfile.mkdtemp(prefix="fp4graph-rebase-"))
-    work.mkdir(parents=True, exist_ok=True)
-    results = rebase(settings, args.project, args.from_version, args.to_version, out, work_dir=work)
-    human = [r for r in results if r.status != "carried"]
-    for r in results:
-        print(f"{r.name}: {r.status}: {r.detail}")
-    print(f"rebase: {len(results) - len(human)} carried, {len(human)} need a human; "
-          f"series in {out}; repositories in {work}")
-    return 1 if human else 0

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..model.config import Settings
+from ..model.errors import Fp4graphError
 from ..model.log import log
 from ..model.series import Series, load_series
 from ..model.stacks import Artifact, ArtifactFile, Catalog, load
@@ -137,6 +138,20 @@ def _manifest(
         ]
         stacks.append({"name": name, "artifacts": list(stack.artifacts), "pins": pins})
     return {"fp4graph": __version__, "stacks": stacks, "artifacts": artifacts}
+
+
+def built_pins(wheels_dir: pathlib.Path, stack: str) -> list[str]:
+    """The requirements that install ``stack`` as built (from ``wheels_dir/manifest.json``)."""
+    manifest_path = wheels_dir / "manifest.json"
+    if not manifest_path.exists():
+        raise Fp4graphError(f"{manifest_path}: no such file; run `nox -s wheels` first")
+    manifest = json.loads(manifest_path.read_text())
+    stacks = {s["name"]: s for s in manifest["stacks"]}
+    if stack not in stacks:
+        raise Fp4graphError(
+            f"{manifest_path}: stack {stack!r} was not built; built: {', '.join(stacks)}"
+        )
+    return list(stacks[stack]["pins"])
 
 
 def recover(wheels_dir: pathlib.Path) -> None:
