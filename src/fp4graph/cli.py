@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 from .forward import drift, prs, rebase
 from .integration import benchmark, command
-from .model import config, log, stacks
+from .model import config, log, projects, stacks
 from .model.errors import ConfigError, Fp4graphError
 from .wheels import build, fetch, lint, publish, trees
 
@@ -135,9 +135,9 @@ def _upstream(args: argparse.Namespace) -> int:
 def _drift(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     started = time.monotonic()
-    projects = args.project or ("flashinfer-python", "sglang")
-    only = {p: args.release for p in projects} if args.release else None
-    cells, notes = drift.drift(settings, projects, refresh=args.refresh, offline=args.offline, only=only)
+    names = args.project or projects.NAMES
+    only = {p: args.release for p in names} if args.release else None
+    cells, notes = drift.drift(settings, names, refresh=args.refresh, offline=args.offline, only=only)
     out = args.out or settings.wheels_dir / "reports"
     drift.write_reports(out, cells, notes)
     print(drift.text_matrix(cells) if cells else "no series to check")
@@ -210,7 +210,6 @@ def parser() -> argparse.ArgumentParser:
     )
     top.add_argument("-v", "--verbose", action="store_true", help="print each step")
     sub = top.add_subparsers(dest="command", required=True)
-    projects = ("flashinfer-python", "sglang")
 
     p = _command(sub, "wheels", _wheels, "build the patched wheels and the index into wheels/")
     p.add_argument("--stack", action="append", help="build only this stack (repeatable)")
@@ -243,7 +242,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = _command(sub, "upstream", _upstream,
                  "PR-ready branches, format-patch output and PR bodies from a series")
-    p.add_argument("project", choices=projects)
+    p.add_argument("project", choices=projects.NAMES)
     p.add_argument("--version", help="upstream version (default: the newest pinned one)")
     p.add_argument("--repo", type=pathlib.Path, help="a local clone of upstream (default: the pinned sdist)")
     p.add_argument("--base", help="commit to apply the series on (default: tag v<version>)")
@@ -259,7 +258,7 @@ def parser() -> argparse.ArgumentParser:
     _index_options(p)
 
     p = _command(sub, "drift", _drift, "classify every patch against every upstream release")
-    p.add_argument("--project", action="append", choices=projects,
+    p.add_argument("--project", action="append", choices=projects.NAMES,
                    help="check only this project (repeatable; default both)")
     p.add_argument("--release", action="append", metavar="VERSION",
                    help="check only this release (repeatable; with one --project)")
@@ -271,7 +270,7 @@ def parser() -> argparse.ArgumentParser:
     _index_options(p, find_links=False)
 
     p = _command(sub, "rebase", _rebase, "carry a series from one upstream version to another")
-    p.add_argument("project", choices=projects)
+    p.add_argument("project", choices=projects.NAMES)
     p.add_argument("from_version", help="the version whose series to carry (A)")
     p.add_argument("to_version", help="the pinned version to carry it to (B)")
     p.add_argument("--out", type=pathlib.Path,

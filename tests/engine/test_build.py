@@ -10,6 +10,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
+from fp4graph.model import projects
 from fp4graph.model.config import Settings
 from fp4graph.wheels import build, repack
 
@@ -91,7 +92,7 @@ def test_patched_wheel_differs_from_upstream_only_where_it_should(
     renamed = {n.replace(old_info, new_info, 1): data for n, data in theirs.items()}
     assert set(ours) == set(renamed)
     differing = sorted(n for n in ours if ours[n] != renamed[n])
-    version_file = repack.VERSION_FILES[project]
+    version_file = projects.get(project).version_file
     assert differing == sorted([*changed, version_file, f"{new_info}/METADATA", f"{new_info}/RECORD"])
     # METADATA: only the Version field changed, in place.
     old_meta, new_meta = metadata(renamed[f"{new_info}/METADATA"]), metadata(ours[f"{new_info}/METADATA"])

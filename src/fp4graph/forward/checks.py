@@ -1,9 +1,8 @@
 """Upstream's own checks (pre-commit hooks) run on the files a series touches.
 
 The hooks and their versions are read from the tree's ``.pre-commit-config.yaml``.
-Sdists do not ship that file; then the hooks below, taken from upstream's
-configuration (flashinfer main @ 0006e88, sglang main @ 00e8a8c), are used and the
-report says so.  Each tool runs from a virtual environment under
+Sdists do not ship that file; then the project's ``fallback_checks`` (``model.projects``,
+taken from upstream's configuration) are used and the report says so.  Each tool runs from a virtual environment under
 ``<cache>/tools/`` with the exact versions the config pins (``tools="auto"``), or
 from PATH (``tools="path"``, e.g. when a nox session installed them).
 """
@@ -22,45 +21,9 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..model import projects
 from ..model.errors import Fp4graphError
 from ..model.log import log
-
-# The hooks we run, per project: pre-commit hook id -> how to run it as a check.
-HOOKS: dict[str, tuple[str, ...]] = {
-    "flashinfer-python": ("ruff-check", "ruff", "ruff-format", "mypy"),
-    "sglang": ("isort", "black", "black-jupyter", "codespell"),
-}
-
-# Used when the tree has no .pre-commit-config.yaml (sdists do not ship it).
-FALLBACK_CONFIG: dict[str, dict[str, Any]] = {
-    "flashinfer-python": {
-        "source": "flashinfer-ai/flashinfer main @ 0006e88 .pre-commit-config.yaml",
-        "repos": [
-            {"repo": "https://github.com/pre-commit/mirrors-mypy", "rev": "v1.17.1", "hooks": [
-                {"id": "mypy", "args": ["--config-file", "pyproject.toml", "--exclude", "flashinfer-cubin/"],
-                 "files": "^flashinfer/"},
-            ]},
-            {"repo": "https://github.com/astral-sh/ruff-pre-commit", "rev": "v0.12.8", "hooks": [
-                {"id": "ruff-check"}, {"id": "ruff-format", "types_or": ["python", "pyi"]},
-            ]},
-        ],
-    },
-    "sglang": {
-        "source": "sgl-project/sglang main @ 00e8a8c .pre-commit-config.yaml",
-        "exclude": "^python/sglang/srt/grpc/",
-        "repos": [
-            # args: the repo root's .isort.cfg, which sdists do not ship either.
-            {"repo": "https://github.com/PyCQA/isort", "rev": "5.13.2", "hooks": [
-                {"id": "isort", "args": ["--profile", "black", "--project", "sglang"]},
-            ]},
-            {"repo": "https://github.com/psf/black", "rev": "24.10.0", "hooks": [{"id": "black-jupyter"}]},
-            {"repo": "https://github.com/codespell-project/codespell", "rev": "v2.4.1", "hooks": [
-                {"id": "codespell", "additional_dependencies": ["tomli"],
-                 "args": ["--toml", "python/pyproject.toml", "-L", "cann,thi,makro,wil,rouge,PRIS"]},
-            ]},
-        ],
-    },
-}
 
 _PY = re.compile(r"\.pyi?$")
 # Options whose value is a configuration file in the tree.
@@ -156,7 +119,7 @@ def _hook(hook: Mapping[str, Any], rev: str) -> Hook | None:
     )
 
 
-def load_config(tree: pathlib.Path, project: str) -> tuple[dict[str, Any], str]:
+def load_config(tree: pathlib.Path, project: str) -> tuple[Mapping[str, Any], str]:
     """The pre-commit config of ``tree`` (or our fallback for ``project``) and its source."""
     path = tree / ".pre-commit-config.yaml"
     if path.is_file():
@@ -168,13 +131,13 @@ def load_config(tree: pathlib.Path, project: str) -> tuple[dict[str, Any], str]:
             ) from None
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
         return data, f"{path.name} in the tree"
-    fallback = FALLBACK_CONFIG[project]
+    fallback = projects.get(project).fallback_checks
     return fallback, f"{fallback['source']} (the tree has no .pre-commit-config.yaml)"
 
 
 def hooks_for(config: Mapping[str, Any], project: str) -> list[Hook]:
     """The hooks of ``config`` that fp4graph runs for ``project``, in config order."""
-    wanted = HOOKS[project]
+    wanted = projects.get(project).hooks
     top_files, top_exclude = config.get("files"), config.get("exclude")
     hooks = []
     for repo in config.get("repos", []):

@@ -1,14 +1,15 @@
 """``python -m fp4graph drift``: which patches still apply to which upstream release.
 
-For every release of flashinfer-python from 0.6.0 and of sglang from 0.5.8 on the
-index, each patch of the nearest series (the highest series version <= the release,
-else the lowest) is classified, in series order:
+For every release on the index of each project from its ``first_drift_release`` on
+(``model.projects``: flashinfer-python 0.6.0, sglang 0.5.8), each patch of the nearest
+series (the highest series version <= the release, else the lowest) is classified, in
+series order:
 
 - ``upstream``: ``git apply -R --check`` succeeds (the release already has the patch);
 - ``applies``: ``git apply --check`` succeeds (then it is applied, so the next patch
   is checked on top of it, as the series is built);
 - ``superseded``: it does not apply, and the same fix is detected in the release (see
-  ``UPSTREAM_FIXES``);
+  each project's ``upstream_fixes``);
 - ``conflicts``: neither;
 - ``unchecked``: every file it touches lies outside the release's wheel (upstream
   tests, docs).
@@ -27,7 +28,6 @@ import io
 import json
 import os
 import pathlib
-import re
 import shutil
 import subprocess
 import tarfile
@@ -43,64 +43,19 @@ from typing import Any
 from packaging.utils import parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from ..model import projects as registry
 from ..model.config import Settings
 from ..model.errors import FetchError, Fp4graphError
 from ..model.files import write_atomic
 from ..model.log import log
+from ..model.projects import UpstreamFix
 from ..model.series import Patch, Series, load_series, nearest_series_version, series_versions
-from ..wheels.apply import FileDiff, layout_for, split_diff
+from ..wheels.apply import FileDiff, split_diff
 from ..wheels.fetch import list_files
 
-FIRST_RELEASE = {"flashinfer-python": "0.6.0", "sglang": "0.5.8"}
 STATUSES = ("applies", "upstream", "superseded", "conflicts", "unchecked")
 SYMBOL = {"applies": "ok", "upstream": "UP", "superseded": "SUP", "conflicts": "XX", "unchecked": "-"}
 INDEX_TTL = 3600.0
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class UpstreamFix:
-    """A fix upstream made in its own way: when ``pattern`` matches one of ``members``
-    in a release, the patches whose text matches ``covers`` are superseded there."""
-
-    project: str
-    what: str
-    members: tuple[str, ...]  # upstream-repo paths
-    pattern: re.Pattern[str]
-    covers: re.Pattern[str]
-
-
-UPSTREAM_FIXES = (
-    UpstreamFix(
-        project="sglang",
-        what=(
-            "sglang wraps flashinfer.fp4_quantize in its own custom op "
-            "(fp4_utils.py: register_custom_op_from_extern(..., op_name=\"flashinfer_fp4_quantize\", "
-            "fake_impl=...))"
-        ),
-        members=("python/sglang/srt/layers/quantization/fp4_utils.py",),
-        pattern=re.compile(
-            r"register_custom_op_from_extern\(\s*_flashinfer_fp4_quantize_impl"
-            r"|op_name=\"flashinfer_fp4_quantize\""
-        ),
-        covers=re.compile(r"fp4|quantiz", re.I),
-    ),
-    UpstreamFix(
-        project="flashinfer-python",
-        what=(
-            "flashinfer registers fp4_quantize as a real torch op "
-            "(torch.library custom_op/define of \"flashinfer::fp4_quantize\"); "
-            "check the patch's other entry points by hand"
-        ),
-        members=(
-            "flashinfer/fp4_quantization.py",
-            "flashinfer/quantization/fp4_quantization.py",
-        ),
-        pattern=re.compile(
-            r"torch\.library\.(?:custom_op|define)\(\s*[\"']flashinfer::fp4_quantize[\"'(]"
-        ),
-        covers=re.compile(r"torch\.ops\.flashinfer\.fp4_quantize\b|fp4_quantize\(", re.I),
-    ),
-)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -176,7 +131,7 @@ def releases(
     first: str | None = None,
 ) -> list[Release]:
     """Final releases of ``project`` from ``first`` on, oldest first, with the file to read."""
-    lowest = Version(first or FIRST_RELEASE[project])
+    lowest = Version(first or registry.get(project).first_drift_release)
     by_version: dict[Version, list[str]] = {}
     files = index_files(settings, project, refresh=refresh, offline=offline)
     for filename in files:
@@ -276,7 +231,7 @@ def _open_zip(url: str) -> Any:
 
 def _member_name(release: Release, repo_path: str, roots: set[str] | None) -> str | None:
     """Where ``repo_path`` lives inside ``release``'s file, or None if it cannot be there."""
-    layout = layout_for(release.project)
+    layout = registry.get(release.project).layout
     if release.filename.endswith(".whl"):
         inside = layout.wheel_path(repo_path)
         if inside is None or (roots is not None and inside.split("/", 1)[0] not in roots):
@@ -391,9 +346,7 @@ def _why(stderr: str) -> str:
 
 def detect_fixes(files: ReleaseFiles, project: str) -> list[UpstreamFix]:
     found = []
-    for fix in UPSTREAM_FIXES:
-        if fix.project != project:
-            continue
+    for fix in registry.get(project).upstream_fixes:
         if any((text := files.text(m)) is not None and fix.pattern.search(text) for m in fix.members):
             found.append(fix)
     return found
@@ -449,7 +402,7 @@ def classify_release(
 
 def drift(
     settings: Settings,
-    projects: Sequence[str] = ("flashinfer-python", "sglang"),
+    projects: Sequence[str] = registry.NAMES,
     *,
     refresh: bool = False,
     offline: bool = False,
@@ -478,7 +431,7 @@ def drift(
                 series = loaded[chosen]
                 files = ReleaseFiles(settings, release)
                 wanted = {d.repo_path for p in series.patches for d in split_diff(p)}
-                wanted |= {m for f in UPSTREAM_FIXES if f.project == project for m in f.members}
+                wanted |= {m for f in registry.get(project).upstream_fixes for m in f.members}
                 if offline and not wanted <= set(files.known):
                     raise FetchError(f"{release.filename}: not cached; run once without --offline")
                 files.ensure(wanted)

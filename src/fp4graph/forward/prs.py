@@ -30,6 +30,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from ..model import projects
 from ..model.config import Settings
 from ..model.errors import ConfigError
 from ..model.log import log
@@ -39,45 +40,7 @@ from . import checks
 from .rebase import Applied, am_series
 from .sources import SourceRepo, checkout_at, git, source_repo
 
-PROJECTS = ("flashinfer-python", "sglang")
-GITHUB = {"flashinfer-python": "flashinfer-ai/flashinfer", "sglang": "sgl-project/sglang"}
-# Issues every PR of the project links (besides the patch's own Bug: lines).
-LINKED_ISSUES = {
-    "flashinfer-python": (
-        "https://github.com/flashinfer-ai/flashinfer/issues/2999",
-        "https://github.com/flashinfer-ai/flashinfer/issues/2733",
-    ),
-    "sglang": (),
-}
-TEST_FILE = {
-    "flashinfer-python": re.compile(r"^tests/(?:.+/)?test_[^/]+\.py$"),
-    "sglang": re.compile(r"^test/(?:.+/)?test_[^/]+\.py$"),
-}
 BRANCH_PREFIX = "fp4graph/"
-
-# Used when the tree has no .github/pull_request_template.md (sdists do not ship it):
-# the section headings of upstream's templates.
-FALLBACK_TEMPLATE = {
-    "flashinfer-python": (
-        "## 📌 Description\n\n## 🔍 Related Issues\n\n## 🚀 Pull Request Checklist\n\n"
-        "### ✅ Pre-commit Checks\n\n"
-        "- [ ] I have installed `pre-commit` by running `pip install pre-commit`.\n"
-        "- [ ] I have installed the hooks with `pre-commit install`.\n"
-        "- [ ] I have run the hooks manually with `pre-commit run --all-files` and fixed any "
-        "reported issues.\n\n"
-        "## 🧪 Tests\n\n- [ ] Tests have been added or updated as needed.\n"
-        "- [ ] All tests are passing (`unittest`, etc.).\n\n## Reviewer Notes\n"
-    ),
-    "sglang": (
-        "## Motivation\n\n## Modifications\n\n## Benchmark & Profiling\n\n## Checklist\n\n"
-        "- [ ] Format your code according to the Code Formatting with Pre-Commit guide.\n"
-        "- [ ] Add unit tests as outlined in Running Unit Tests.\n"
-        "- [ ] Update documentation / docstrings / example tutorials as needed.\n"
-        "- [ ] Provide throughput / latency benchmark results and accuracy evaluation results "
-        "as needed.\n"
-    ),
-}
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class TestRun:
@@ -126,7 +89,7 @@ def issue_links(patch: Patch, project: str) -> list[str]:
         match = DEP3_FIELD.match(line)
         if match and match["name"].startswith("Bug"):
             urls.extend(match["value"].split())
-    for url in LINKED_ISSUES[project]:
+    for url in projects.get(project).linked_issues:
         if url not in urls:
             urls.append(url)
     return urls
@@ -136,7 +99,7 @@ def _issue_ref(url: str, project: str) -> str:
     match = re.fullmatch(r"https://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)", url)
     if not match:
         return url
-    return f"#{match[2]}" if match[1] == GITHUB[project] else f"{match[1]}#{match[2]}"
+    return f"#{match[2]}" if match[1] == projects.get(project).github else f"{match[1]}#{match[2]}"
 
 
 def prose(patch: Patch) -> str:
@@ -215,7 +178,7 @@ def render_body(
 ) -> str:
     """Fill upstream's PR template from the patch's message and DEP-3 header."""
     checks_ok, check_text = _check_text(check_results, patch)
-    adds_tests = any(TEST_FILE[project].match(f) for f in patch.files)
+    adds_tests = any(projects.get(project).test_file.match(f) for f in patch.files)
     tests_ok = all(t.outcome in ("passed",) for t in tests if t.path in patch.files)
     issues = "\n".join(f"- {_issue_ref(u, project)} ({u})" for u in issue_links(patch, project))
     files = "\n".join(f"- `{f}`" for f in patch.files)
@@ -265,8 +228,9 @@ def read_template(tree: pathlib.Path, project: str) -> tuple[str, str]:
         path = tree / name
         if path.is_file():
             return path.read_text(encoding="utf-8"), f"{name} in the tree"
-    return FALLBACK_TEMPLATE[project], (
-        f"the section headings of {GITHUB[project]}'s .github/pull_request_template.md "
+    known = projects.get(project)
+    return known.pr_template, (
+        f"the section headings of {known.github}'s .github/pull_request_template.md "
         "(the tree has none)"
     )
 
@@ -274,23 +238,12 @@ def read_template(tree: pathlib.Path, project: str) -> tuple[str, str]:
 # --- tests the patches add -------------------------------------------------------
 
 
-# What flashinfer's build_backend.py links into flashinfer/data/ for an editable
-# install; the JIT reads its sources from there.
-FLASHINFER_DATA_LINKS = {
-    "cutlass": "3rdparty/cutlass",
-    "spdlog": "3rdparty/spdlog",
-    "cccl": "3rdparty/cccl",
-    "csrc": "csrc",
-    "include": "include",
-}
-
-
-def link_flashinfer_data(root: pathlib.Path) -> None:
-    """Lay out flashinfer/data/ as an editable install does (git-ignored in the repo)."""
-    data = root / "flashinfer" / "data"
-    data.mkdir(exist_ok=True)
-    for name, source in FLASHINFER_DATA_LINKS.items():
-        link = data / name
+def link_editable_data(root: pathlib.Path, data: projects.EditableData) -> None:
+    """Lay out ``data.directory`` as an editable install does (git-ignored in the repo)."""
+    directory = root / data.directory
+    directory.mkdir(exist_ok=True)
+    for name, source in data.links.items():
+        link = directory / name
         if (root / source).exists() and not link.exists():
             link.symlink_to(root / source, target_is_directory=True)
     exclude = root / ".git" / "info" / "exclude"
@@ -298,30 +251,30 @@ def link_flashinfer_data(root: pathlib.Path) -> None:
         return
     exclude.parent.mkdir(parents=True, exist_ok=True)
     known = exclude.read_text() if exclude.exists() else ""
-    if "/flashinfer/data/" not in known.splitlines():
-        exclude.write_text(known + "/flashinfer/data/\n")
+    if f"/{data.directory}/" not in known.splitlines():
+        exclude.write_text(known + f"/{data.directory}/\n")
 
 
 def run_added_tests(
     repo: SourceRepo, series: Series, python: str, timeout: int
 ) -> list[TestRun]:
     """Run each test file the series adds or changes, with ``python``, on this machine."""
-    project = repo.project
-    if project == "flashinfer-python":
-        link_flashinfer_data(repo.path)
-    paths = sorted({f for p in series.patches for f in p.files if TEST_FILE[project].match(f)})
+    project = projects.get(repo.project)
+    if project.editable_data is not None:
+        link_editable_data(repo.path, project.editable_data)
+    paths = sorted({f for p in series.patches for f in p.files if project.test_file.match(f)})
     runs = []
     probe = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
     for rel in paths:
         if not (repo.path / rel).is_file():
             continue
         env = dict(os.environ)
-        if project == "sglang":
+        if project.tests_run_as == "script":
             cmd = [python, rel]
-            env["PYTHONPATH"] = os.pathsep.join([str(repo.path / "python"), env.get("PYTHONPATH", "")])
         else:
             cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", rel]
-            env["PYTHONPATH"] = os.pathsep.join([str(repo.path), env.get("PYTHONPATH", "")])
+        root = repo.path / project.test_pythonpath
+        env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
         shown = subprocess.list2cmdline(["python", *cmd[1:]])
         if probe.returncode != 0:
             runs.append(TestRun(path=rel, command=shown, outcome="not-run",
@@ -378,8 +331,7 @@ def prepare(
     test_timeout: int = 900,
 ) -> Result:
     """Build ``out`` (replacing it): the repository, branches, patches, PR bodies, summary."""
-    if project not in PROJECTS:
-        raise ConfigError(f"unknown project {project!r}; one of {', '.join(PROJECTS)}")
+    projects.get(project)  # an unknown project fails here, naming the known ones
     artifact = target_artifact(settings, project, version)
     series = nearest_series(settings.patches_dir, project, artifact.version)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Git repositories of upstream source: built from a pinned sdist (or wheel), or cloned.
 
-The repository uses upstream's own layout (``apply.layout_for``): flashinfer's
+The repository uses upstream's own layout (``model.projects``): flashinfer's
 sdist roots at the repository root, sglang's sdist and wheel hold what upstream
 keeps under ``python/``.  The pristine tree is one commit made with a fixed
 identity and date, so two builds of the same artifact have the same commit id.
@@ -20,11 +20,11 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 
+from ..model import projects
 from ..model.config import Settings
 from ..model.errors import Fp4graphError
 from ..model.log import log
 from ..model.stacks import Artifact, ArtifactFile
-from ..wheels.apply import layout_for
 from ..wheels.fetch import fetch
 
 IDENTITY = ("fp4graph", "fp4graph@users.noreply.github.com")
@@ -128,7 +128,7 @@ def _extract_wheel(archive: pathlib.Path, dest: pathlib.Path) -> None:
 
 def extract_source(archive: pathlib.Path, dest: pathlib.Path, project: str) -> None:
     """Unpack an sdist or wheel of ``project`` into ``dest`` at upstream-repo paths."""
-    root = dest / layout_for(project).source_prefix
+    root = dest / projects.get(project).layout.source_prefix
     root.mkdir(parents=True, exist_ok=True)
     if archive.name.endswith(".whl"):
         _extract_wheel(archive, root)

@@ -1,7 +1,7 @@
 """Apply a series to an unpacked wheel at zero fuzz with ``git apply``.
 
-Patch paths are upstream-repo-relative.  Each project's layout says which repo
-prefix maps to the wheel root (sglang keeps its package under ``python/``);
+Patch paths are upstream-repo-relative.  Each project's layout (``model.projects``) says
+which repo prefix maps to the wheel root (sglang keeps its package under ``python/``);
 hunks for files outside the wheel's top-level packages (upstream tests, docs)
 are skipped for the wheel build and kept in the patch for pull requests.
 """
@@ -14,8 +14,10 @@ import pathlib
 import re
 import subprocess
 
+from ..model import projects
 from ..model.errors import PatchError
 from ..model.log import log
+from ..model.projects import Layout
 from ..model.series import Patch, Series
 
 _SECTION = re.compile(r"^diff --git ", re.M)
@@ -24,30 +26,6 @@ _HUNK = re.compile(r"^@@ -(?P<start>\d+)(?:,\d+)? \+\d+(?:,\d+)? @@.*$", re.M)
 _SIGNATURE = re.compile(r"\n-- \n[^\n]*\n*\Z")
 _FAILED_AT = re.compile(r"error: patch failed: (?P<file>.+):(?P<line>\d+)")
 _FILE_ERROR = re.compile(r"error: (?P<file>[^:]+): (?P<why>.+)")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Layout:
-    """How upstream-repo paths map to paths inside the wheel."""
-
-    source_prefix: str = ""
-
-    @property
-    def strip(self) -> int:
-        """The ``-p`` value for git apply: ``a/`` plus the prefix's components."""
-        return 1 + self.source_prefix.count("/")
-
-    def wheel_path(self, repo_path: str) -> str | None:
-        if not repo_path.startswith(self.source_prefix):
-            return None
-        return repo_path[len(self.source_prefix) :]
-
-
-LAYOUTS = {"flashinfer-python": Layout(""), "sglang": Layout("python/")}
-
-
-def layout_for(project: str) -> Layout:
-    return LAYOUTS.get(project, Layout(""))
 
 
 def wheel_roots(tree: pathlib.Path) -> set[str]:
@@ -134,5 +112,5 @@ def apply_patch(patch: Patch, tree: pathlib.Path, layout: Layout) -> list[str]:
 
 def apply_series(series: Series, tree: pathlib.Path) -> dict[str, list[str]]:
     """Apply every patch in order; return, per patch, the repo paths it changed."""
-    layout = layout_for(series.project)
+    layout = projects.get(series.project).layout
     return {patch.name: apply_patch(patch, tree, layout) for patch in series.patches}

@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Sequence
 
 from .. import __version__
+from ..model import projects
 from ..model.config import Settings
 from ..model.errors import Fp4graphError
 from ..model.log import log
@@ -52,7 +53,7 @@ def source_date_epoch(series: Series) -> int:
 def _engine_digest() -> str:
     """What else decides a wheel's bytes: the engine code that builds it and ``wheel``."""
     h = hashlib.sha256(importlib.metadata.version("wheel").encode())
-    for module in (apply, repack, trees):
+    for module in (apply, repack, trees, projects):
         h.update(pathlib.Path(str(module.__file__)).read_bytes())
     return h.hexdigest()
 

@@ -10,15 +10,10 @@ import sys
 
 from wheel.wheelfile import WheelFile
 
+from ..model import projects
 from ..model.errors import BuildError
 from ..model.log import log
 from ..model.stacks import Artifact
-
-# The module each project reads its runtime ``__version__`` from.
-VERSION_FILES = {
-    "flashinfer-python": "flashinfer/_build_meta.py",
-    "sglang": "sglang/_version.py",
-}
 
 
 def unpack(wheel: pathlib.Path, dest: pathlib.Path) -> None:
@@ -58,7 +53,7 @@ def set_local_version(tree: pathlib.Path, artifact: Artifact) -> None:
         raise BuildError(f"{info}: name does not carry version {old}")
     info.rename(renamed)
 
-    relative = VERSION_FILES.get(artifact.project)
+    relative = projects.get(artifact.project).version_file
     if relative is None:
         return
     version_file = tree / relative
