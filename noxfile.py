@@ -64,12 +64,16 @@ def _install_test_env(session: nox.Session, torch: str = TORCH) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Check patches/ (series membership, DEP-3 headers) and our own code."""
+    """Check patches/ (series membership, DEP-3 headers) and our own code (ruff, mypy, layers)."""
     session.install(TORCH)
-    session.install("-e", ".", "ruff==0.17.6", "mypy==2.4.1", "types-PyYAML", "safetensors", "tokenizers")
+    session.install(
+        "-e", ".", "ruff==0.17.6", "mypy==2.4.1", "import-linter==2.16", "types-PyYAML",
+        "safetensors", "tokenizers",
+    )
     session.run("python", "-m", "fp4graph", "lint")
     session.run("ruff", "check", "src", "tests", "noxfile.py")
     session.run("mypy")
+    session.run("lint-imports", "--no-cache")  # pyproject.toml [tool.importlinter]
 
 
 @nox.session
