@@ -17,12 +17,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..model import projects
 from ..model.errors import Fp4graphError
+from ..model.files import atomic_directory
 from ..model.log import log
 
 _PY = re.compile(r"\.pyi?$")
@@ -162,17 +162,9 @@ def tool_env(cache_dir: pathlib.Path, requirements: Sequence[str]) -> pathlib.Pa
     bindir = venv / "bin"
     if (venv / ".complete").is_file():
         return bindir
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(dir=venv.parent, prefix=f".{key}-"))
-    try:
+    with atomic_directory(venv, replace=True) as tmp:
         log(f"tools: venv for {' '.join(requirements)}")
         subprocess.run([sys.executable, "-m", "venv", str(tmp)], check=True, capture_output=True)
-        if venv.exists():
-            shutil.rmtree(venv)
-        tmp.rename(venv)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     result = subprocess.run(
         [str(bindir / "python"), "-m", "pip", "install", "-q", *requirements],
         capture_output=True, text=True,

@@ -21,10 +21,8 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +31,7 @@ from packaging.version import Version
 from ..model import projects
 from ..model.config import Settings
 from ..model.errors import ConfigError
+from ..model.files import atomic_directory
 from ..model.log import log
 from ..model.series import DEP3_FIELD, Patch, Series, nearest_series
 from ..model.stacks import Artifact, load
@@ -334,24 +333,14 @@ def prepare(
     projects.get(project)  # an unknown project fails here, naming the known ones
     artifact = target_artifact(settings, project, version)
     series = nearest_series(settings.patches_dir, project, artifact.version)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-    try:
+    with atomic_directory(out, replace=True) as staging:
         source = source_repo(settings, artifact, staging / "repo", repo=repo, base=base)
         applied = am_series(source, series, branch_prefix=BRANCH_PREFIX)
         touched = sorted({f for p in series.patches for f in p.files})
         if run_checks:
-            config, checks_source = checks.load_config(source.path, project)
-            hooks = checks.hooks_for(config, project)
-            check_results = checks.run_hooks(
-                source.path, hooks, touched, tools=tools, cache_dir=settings.cache_dir
+            checks_source, check_results = run_upstream_checks(
+                source, touched, tools=tools, cache_dir=settings.cache_dir
             )
-            if not all(c.ok for c in check_results):
-                with checkout_at(source, source.base) as base_tree:
-                    check_results = checks.mark_upstream_failures(
-                        check_results, hooks, source.path, base_tree,
-                        tools=tools, cache_dir=settings.cache_dir,
-                    )
         else:
             checks_source, check_results = "not run (--no-checks)", []
         tests = run_added_tests(source, series, python, test_timeout) if run_tests else []
@@ -368,13 +357,23 @@ def prepare(
             ) for pr in prs),
         )
         _write_summary(staging, result, template_source)
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
     return result
+
+
+def run_upstream_checks(
+    source: SourceRepo, touched: Sequence[str], *, tools: str, cache_dir: pathlib.Path
+) -> tuple[str, list[checks.CheckResult]]:
+    """Upstream's hooks on the ``touched`` files; where one fails, whether it fails on
+    upstream's own files too.  Returns where the hooks came from, and the results."""
+    config, checks_source = checks.load_config(source.path, source.project)
+    hooks = checks.hooks_for(config, source.project)
+    results = checks.run_hooks(source.path, hooks, touched, tools=tools, cache_dir=cache_dir)
+    if not all(c.ok for c in results):
+        with checkout_at(source, source.base) as base_tree:
+            results = checks.mark_upstream_failures(
+                results, hooks, source.path, base_tree, tools=tools, cache_dir=cache_dir
+            )
+    return checks_source, results
 
 
 def _write_prs(

@@ -12,11 +12,10 @@ import dataclasses
 import datetime
 import pathlib
 import re
-import shutil
-import tempfile
 
 from ..model.config import Settings
 from ..model.errors import ConfigError, PatchError
+from ..model.files import atomic_directory
 from ..model.log import log
 from ..model.series import SERIES_FILE, Patch, Series, load_series
 from ..model.stacks import load
@@ -106,8 +105,7 @@ def rebase(
     git(new.path, "fetch", "-q", str(old.path.resolve()), f"HEAD:refs/heads/fp4graph/from-{from_version}")
     commits = git(new.path, "rev-list", "--reverse", f"{old.base}..fp4graph/from-{from_version}").stdout.split()
     results: list[Carried] = []
-    written: list[str] = []
-    tmp_out = pathlib.Path(tempfile.mkdtemp(prefix=".rebase-", dir=work_dir))
+    written: dict[str, str] = {}  # patch name -> its refreshed text
     env = git_env(date=None)  # keep each patch's author date; committer date irrelevant to output
     for patch, sha in zip(series.patches, commits, strict=True):
         before = git(new.path, "rev-parse", "HEAD").stdout.strip()
@@ -133,13 +131,11 @@ def rebase(
             new.path, "format-patch", "-1", "--stdout", "--zero-commit", "--no-numbered",
             "--signature=fp4graph", "HEAD",
         ).stdout
-        (tmp_out / patch.name).write_text(normalise(text, today), encoding="utf-8")
-        written.append(patch.name)
+        written[patch.name] = normalise(text, today)
         results.append(Carried(name=patch.name, status="carried", detail="cherry-picked cleanly"))
-    (tmp_out / SERIES_FILE).write_text("".join(n + "\n" for n in written), encoding="utf-8")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    shutil.move(str(tmp_out), out_dir)
+    with atomic_directory(out_dir, replace=True) as staging:
+        for name, text in written.items():
+            (staging / name).write_text(text, encoding="utf-8")
+        (staging / SERIES_FILE).write_text("".join(n + "\n" for n in written), encoding="utf-8")
     log(f"rebase: wrote {len(written)} patch(es) to {out_dir}")
     return results

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from ..model import projects
 from ..model.config import Settings
 from ..model.errors import Fp4graphError
+from ..model.files import atomic_directory
 from ..model.log import log
 from ..model.stacks import Artifact, ArtifactFile
 from ..wheels.fetch import fetch
@@ -152,18 +153,11 @@ def pristine_repo(settings: Settings, artifact: Artifact) -> tuple[pathlib.Path,
     if (dest / ".git").is_dir():
         return dest, origin
     archive = fetch(settings, artifact.project, pinned)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(dir=root, prefix=".srcrepo-"))
-    try:
+    with atomic_directory(dest, replace=False) as tmp:
         log(f"source repo {artifact.key} from {origin}")
         extract_source(archive, tmp, artifact.project)
         init_repo(tmp, f"{artifact.project} {artifact.version} ({pinned.filename})")
         git(tmp, "tag", f"v{artifact.version}")
-        with contextlib.suppress(OSError):
-            tmp.rename(dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     if not (dest / ".git").is_dir():
         raise SourceRepoError(f"{dest}: could not be created")
     return dest, origin

@@ -7,12 +7,10 @@ place at the end, so a failed or interrupted build leaves ``wheels/`` as it was.
 from __future__ import annotations
 
 import calendar
-import contextlib
 import dataclasses
 import hashlib
 import importlib.metadata
 import json
-import os
 import pathlib
 import shutil
 import tempfile
@@ -22,6 +20,7 @@ from .. import __version__
 from ..model import projects
 from ..model.config import Settings
 from ..model.errors import Fp4graphError
+from ..model.files import atomic_directory, recover
 from ..model.log import log
 from ..model.series import Series, load_series
 from ..model.stacks import Artifact, ArtifactFile, Catalog, load
@@ -33,7 +32,6 @@ from .trees import build_tree
 
 # Zip timestamps of a series without a Last-Update date (2026-01-01).
 DEFAULT_EPOCH = 1767225600
-_BACKUP = ".wheels.old"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,13 +80,11 @@ def _build_wheel(
     wheel = fetch(settings, artifact.project, pinned)
     tree = pathlib.Path(tempfile.mkdtemp(dir=work, prefix="tree-"))
     build_tree(artifact, pinned, wheel, series, tree)
-    staging = pathlib.Path(tempfile.mkdtemp(dir=work, prefix="built-"))
-    result = pack(tree, staging, source_date_epoch(series))
-    shutil.rmtree(tree)
-    result.with_name(result.name + ".sha256").write_text(sha256_of(result) + "\n")
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(OSError):
-        staging.rename(cached)  # a concurrent build may have won; either is the same
+    # replace=False: a concurrent build may have won; either is the same.
+    with atomic_directory(cached, replace=False) as staging:
+        result = pack(tree, staging, source_date_epoch(series))
+        shutil.rmtree(tree)
+        result.with_name(result.name + ".sha256").write_text(sha256_of(result) + "\n")
     return cached / result.name
 
 
@@ -155,25 +151,6 @@ def built_pins(wheels_dir: pathlib.Path, stack: str) -> list[str]:
     return list(stacks[stack]["pins"])
 
 
-def recover(wheels_dir: pathlib.Path) -> None:
-    """Finish a swap that was cut between its two renames."""
-    backup = wheels_dir.with_name(_BACKUP)
-    if backup.exists():
-        if wheels_dir.exists():
-            shutil.rmtree(backup)
-        else:
-            backup.rename(wheels_dir)
-
-
-def _swap_into_place(staging: pathlib.Path, wheels_dir: pathlib.Path) -> None:
-    backup = wheels_dir.with_name(_BACKUP)
-    if wheels_dir.exists():
-        wheels_dir.rename(backup)
-    staging.rename(wheels_dir)
-    if backup.exists():
-        shutil.rmtree(backup)
-
-
 def build(settings: Settings, stack_names: Sequence[str] | None = None) -> dict[str, object]:
     """Build every selected stack's patched wheels; return the manifest written."""
     catalog = load(settings.stacks_file)
@@ -186,10 +163,7 @@ def build(settings: Settings, stack_names: Sequence[str] | None = None) -> dict[
 
     wheels_dir = settings.wheels_dir
     recover(wheels_dir)
-    wheels_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = pathlib.Path(tempfile.mkdtemp(dir=wheels_dir.parent, prefix=".wheels.tmp-"))
-    try:
-        os.chmod(staging, 0o755)
+    with atomic_directory(wheels_dir, replace=True) as staging:
         work = staging / ".work"
         work.mkdir()
         built: dict[str, list[BuiltWheel]] = {}
@@ -212,8 +186,4 @@ def build(settings: Settings, stack_names: Sequence[str] | None = None) -> dict[
         (staging / "SHA256SUMS").write_text("".join(sorted(sums, key=lambda s: s[66:])))
         manifest = _manifest(catalog, names, series_of, built)
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        _swap_into_place(staging, wheels_dir)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(staging)
     return manifest

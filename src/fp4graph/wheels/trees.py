@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import pathlib
-import shutil
-import tempfile
 
 from ..model.config import Settings
 from ..model.errors import ConfigError
+from ..model.files import atomic_directory
 from ..model.series import Series, load_series
 from ..model.stacks import Artifact, ArtifactFile, load
 from .apply import apply_series
@@ -40,16 +38,9 @@ def materialize(
     dest = root / f"{pinned.filename}-{pinned.sha256[:16]}-{flavour}"
     if dest.exists():
         return dest
-    root.mkdir(parents=True, exist_ok=True)
     wheel = fetch(settings, artifact.project, pinned)
-    tmp = pathlib.Path(tempfile.mkdtemp(dir=root, prefix=".tree-"))
-    try:
+    with atomic_directory(dest, replace=False) as tmp:
         build_tree(artifact, pinned, wheel, series, tmp)
-        with contextlib.suppress(FileExistsError, OSError):
-            tmp.rename(dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     if not dest.exists():
         raise ConfigError(f"{dest}: could not be created")
     return dest
