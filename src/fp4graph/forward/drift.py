@@ -237,7 +237,6 @@ def _member_name(release: Release, repo_path: str, roots: set[str] | None) -> st
         if inside is None or (roots is not None and inside.split("/", 1)[0] not in roots):
             return None
         return inside
-    name, version = parse_sdist_filename(release.filename)
     top = release.filename.removesuffix(".tar.gz").removesuffix(".zip")
     inside = layout.wheel_path(repo_path) if layout.source_prefix else repo_path
     return None if inside is None else f"{top}/{inside}"

@@ -11,8 +11,6 @@ from collections.abc import Sequence
 from ..model import stacks
 from ..model.errors import ConfigError
 
-PYPI_SIMPLE = "https://pypi.org/simple/"
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Pin:

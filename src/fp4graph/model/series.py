@@ -20,7 +20,8 @@ SERIES_FILE = "series"
 PATCH_NAME = re.compile(r"\d{4}-[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
 REQUIRED_FIELDS = ("Description", "Origin", "Bug", "Forwarded", "Applied-Upstream", "Last-Update")
 DEP3_FIELD = re.compile(r"^(?P<name>[A-Z][A-Za-z-]*): ?(?P<value>.*)$")
-_DIFF_HEADER = re.compile(r"^diff --git a/(?P<old>\S+) b/(?P<new>\S+)$", re.M)
+# The first line of each file's section of a diff: the old and new upstream-repo paths.
+DIFF_HEADER = re.compile(r"^diff --git a/(?P<old>\S+) b/(?P<new>\S+)$", re.M)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -46,7 +47,7 @@ class Patch:
     @property
     def files(self) -> list[str]:
         """Upstream-repo-relative paths this patch touches (new names)."""
-        return [m["new"] for m in _DIFF_HEADER.finditer(self.diff)]
+        return [m["new"] for m in DIFF_HEADER.finditer(self.diff)]
 
     @property
     def last_update(self) -> datetime.date | None:

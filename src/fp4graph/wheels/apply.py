@@ -18,10 +18,9 @@ from ..model import projects
 from ..model.errors import PatchError
 from ..model.log import log
 from ..model.projects import Layout
-from ..model.series import Patch, Series
+from ..model.series import DIFF_HEADER, Patch, Series
 
 _SECTION = re.compile(r"^diff --git ", re.M)
-_PATHS = re.compile(r"^diff --git a/(?P<old>\S+) b/(?P<new>\S+)$", re.M)
 _HUNK = re.compile(r"^@@ -(?P<start>\d+)(?:,\d+)? \+\d+(?:,\d+)? @@.*$", re.M)
 _SIGNATURE = re.compile(r"\n-- \n[^\n]*\n*\Z")
 _FAILED_AT = re.compile(r"error: patch failed: (?P<file>.+):(?P<line>\d+)")
@@ -55,7 +54,7 @@ def split_diff(patch: Patch) -> list[FileDiff]:
     sections = [diff[a:b] for a, b in zip(starts, [*starts[1:], len(diff)], strict=True)]
     result = []
     for text in sections:
-        match = _PATHS.match(text)
+        match = DIFF_HEADER.match(text)
         if match is None:
             raise PatchError(f"{patch.path}: cannot read the file names in {text.splitlines()[0]!r}")
         result.append(FileDiff(match["new"], text if text.endswith("\n") else text + "\n"))

@@ -79,7 +79,7 @@ def _build_wheel(
         shutil.rmtree(cached)
     wheel = fetch(settings, artifact.project, pinned)
     tree = pathlib.Path(tempfile.mkdtemp(dir=work, prefix="tree-"))
-    build_tree(artifact, pinned, wheel, series, tree)
+    build_tree(artifact, wheel, series, tree)
     # replace=False: a concurrent build may have won; either is the same.
     with atomic_directory(cached, replace=False) as staging:
         result = pack(tree, staging, source_date_epoch(series))

@@ -11,6 +11,7 @@ import zipfile
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from ..model.errors import BuildError
 from .fetch import sha256_of
 
 _PAGE = """<!DOCTYPE html>
@@ -32,7 +33,10 @@ def core_metadata(wheel: pathlib.Path) -> bytes:
     with zipfile.ZipFile(wheel) as zf:
         names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
         if len(names) != 1:
-            raise ValueError(f"{wheel}: expected one .dist-info/METADATA, found {names}")
+            raise BuildError(
+                f"{wheel}: expected one .dist-info/METADATA, found {names or 'none'}; "
+                "not a wheel the index can list"
+            )
         return zf.read(names[0])
 
 

@@ -8,15 +8,13 @@ from ..model.config import Settings
 from ..model.errors import ConfigError
 from ..model.files import atomic_directory
 from ..model.series import Series, load_series
-from ..model.stacks import Artifact, ArtifactFile, load
+from ..model.stacks import Artifact, load
 from .apply import apply_series
 from .fetch import fetch
 from .repack import set_local_version, unpack
 
 
-def build_tree(
-    artifact: Artifact, pinned: ArtifactFile, wheel: pathlib.Path, series: Series | None, dest: pathlib.Path
-) -> None:
+def build_tree(artifact: Artifact, wheel: pathlib.Path, series: Series | None, dest: pathlib.Path) -> None:
     """Unpack ``wheel`` into ``dest``; with a series, apply it and stamp the local version."""
     unpack(wheel, dest)
     if series is not None:
@@ -40,7 +38,7 @@ def materialize(
         return dest
     wheel = fetch(settings, artifact.project, pinned)
     with atomic_directory(dest, replace=False) as tmp:
-        build_tree(artifact, pinned, wheel, series, tmp)
+        build_tree(artifact, wheel, series, tmp)
     if not dest.exists():
         raise ConfigError(f"{dest}: could not be created")
     return dest
