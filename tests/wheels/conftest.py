@@ -1,4 +1,4 @@
-"""Engine fixtures: a throw-away checkout whose patches/ holds the fixture series."""
+"""Fixtures of the wheels tests: a throw-away checkout whose patches/ holds the fixture series."""
 
 from __future__ import annotations
 
