@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import html.parser
 import json
-import os
 import pathlib
 import shutil
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -19,6 +16,7 @@ from packaging.utils import canonicalize_name
 
 from ..model.config import Settings
 from ..model.errors import FetchError, HashMismatchError
+from ..model.files import atomic_file
 from ..model.log import log
 from ..model.stacks import ArtifactFile
 
@@ -117,11 +115,7 @@ def fetch(settings: Settings, project: str, pinned: ArtifactFile) -> pathlib.Pat
     cached = cache / pinned.filename
     if cached.exists():
         return verify(cached, pinned)
-    cache.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=cache, prefix=f".{pinned.filename}.", suffix=".part")
-    os.close(fd)
-    tmp = pathlib.Path(tmp_name)
-    try:
+    with atomic_file(cached) as tmp:  # a killed download leaves nothing the next one keeps
         local = next((d / pinned.filename for d in settings.find_links if (d / pinned.filename).exists()), None)
         if local is not None:
             log(f"fetch {pinned.filename} from {local.parent}")
@@ -131,9 +125,4 @@ def fetch(settings: Settings, project: str, pinned: ArtifactFile) -> pathlib.Pat
             log(f"fetch {url}")
             _download(url, tmp)
         verify(tmp, pinned)
-        os.replace(tmp, cached)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
     return cached
