@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import pathlib
 import shutil
+from collections.abc import Iterator
 
-from fp4graph.model import config
+import pytest
+
+from fp4graph.model import config, projects
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE_PATCHES = REPO / "tests" / "wheels" / "fixtures" / "patches"
@@ -20,3 +25,29 @@ def make_checkout(root: pathlib.Path, cache: pathlib.Path) -> config.Settings:
     (root / "wheels").mkdir()
     shutil.copy(REPO / "wheels" / "README.md", root / "wheels" / "README.md")
     return config.Settings(repo=root, cache_dir=cache)
+
+
+# The topic the fixture series carry: what fixture checkouts require instead of the real
+# fp4 topics (their series hold one marker patch, not the fix).
+FIXTURE_TOPIC = "fixture-marker"
+REAL_PROJECTS = projects.PROJECTS
+
+
+@contextlib.contextmanager
+def fixture_requirements(*topics: str) -> Iterator[None]:
+    """Every project requires ``topics`` (default: the fixture marker) instead of its own."""
+    required = tuple(projects.RequiredTopic(name=t, why="the fixture series' patch")
+                     for t in (topics or (FIXTURE_TOPIC,)))
+    patched = {name: dataclasses.replace(p, required_topics=required)
+               for name, p in REAL_PROJECTS.items()}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(projects, "PROJECTS", patched)
+        yield
+
+
+@contextlib.contextmanager
+def real_requirements() -> Iterator[None]:
+    """The registry's own required topics (inside a fixture-topics module)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(projects, "PROJECTS", REAL_PROJECTS)
+        yield

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+from collections.abc import Iterator
 
 import pytest
 
 from fp4graph.model import config
-from support.checkout import REPO, STACK, make_checkout
+from support.checkout import REPO, STACK, fixture_requirements, make_checkout
 
 __all__ = ["REPO", "STACK", "make_checkout", "snapshot"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fixture_topics() -> Iterator[None]:
+    """The fixture series carry the fixture marker, not the fp4 topics projects require."""
+    with fixture_requirements():
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -333,6 +333,7 @@ def prepare(
     projects.get(project)  # an unknown project fails here, naming the known ones
     artifact = target_artifact(settings, project, version)
     series = nearest_series(settings.patches_dir, project, artifact.version)
+    series.require_complete(topics=False)  # never a PR from a patch rebase could not carry
     with atomic_directory(out, replace=True) as staging:
         source = source_repo(settings, artifact, staging / "repo", repo=repo, base=base)
         applied = am_series(source, series, branch_prefix=BRANCH_PREFIX)
