@@ -89,6 +89,7 @@ class Project:
 
     name: str
     github: str  # owner/repo
+    stack_prefix: str  # `pin` names a stack of this project's release <prefix>-<version>
     # wheels
     layout: Layout
     version_file: str | None  # the wheel path of the runtime ``__version__``
@@ -133,6 +134,7 @@ def _public_functions_use_ops(members: tuple[str, ...], *functions: str) -> tupl
 FLASHINFER = Project(
     name="flashinfer-python",
     github="flashinfer-ai/flashinfer",
+    stack_prefix="flashinfer",
     layout=Layout(""),
     version_file="flashinfer/_build_meta.py",
     # What the README promises for every flashinfer series ("What the series cover").
@@ -213,6 +215,7 @@ FLASHINFER = Project(
 SGLANG = Project(
     name="sglang",
     github="sgl-project/sglang",
+    stack_prefix="sglang",
     layout=Layout("python/"),  # upstream keeps the package under python/
     version_file="sglang/_version.py",
     required_topics=(
