@@ -21,7 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 
-from .forward import drift, prs, rebase
+from .forward import drift, pin, prs, rebase, refresh
 from .integration import benchmark, command
 from .model import config, log, projects, stacks
 from .model.errors import ConfigError, Fp4graphError
@@ -162,9 +162,44 @@ def _rebase(args: argparse.Namespace) -> int:
     human = [r for r in results if r.status != "carried"]
     for r in results:
         print(f"{r.name}: {r.status}: {r.detail}")
-    print(f"rebase: {len(results) - len(human)} carried, {len(human)} need a human; "
+    unresolved = sum(r.status in ("conflict", "pending") for r in results)
+    print(f"rebase: {len(results) - len(human)} carried, {len(human)} need a human "
+          f"({unresolved} written as unresolved: lint and the build refuse them); "
           f"series in {out}; repositories in {work}")
+    if not unresolved:
+        print(f"next: `python -m fp4graph refresh {args.project} {args.to_version} --work-dir {work}` "
+              "after any fix-up commit, then the simulation tests of the new version")
     return 1 if human else 0
+
+
+def _refresh(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    if (args.repo is None) == (args.work_dir is None):
+        raise ConfigError("refresh needs one of --work-dir (rebase's) or --repo")
+    repo = args.repo or args.work_dir / f"to-{args.version}"
+    out = args.out or settings.patches_dir / args.project / args.version
+    results = refresh.refresh(args.project, args.version, repo, out, base=args.base, drop=args.drop)
+    for r in results:
+        print(f"{r.name}: {r.status}: {r.topic}: {r.detail}")
+    changed = sum(r.status != "unchanged" for r in results)
+    print(f"refresh: {len(results)} patch(es), {changed} changed; series in {out}")
+    if changed:
+        print("bump `revision` in patches/stacks.toml if this version was ever published")
+    return 0
+
+
+def _pin(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    result = pin.pin(settings, args.project, args.version, stack=not args.no_stack)
+    for artifact in result.artifacts:
+        files = [*artifact.files, *([artifact.sdist] if artifact.sdist else [])]
+        print(f"pinned {artifact.key}: " + ", ".join(f.filename for f in files))
+    for key in result.existing:
+        print(f"{key}: already pinned, identical")
+    if result.stack:
+        print(f"stack {result.stack}" + (f" (torch {result.torch})" if result.torch else ""))
+    print(f"wrote {result.stacks_file}" if result.artifacts or result.stack else "nothing to write")
+    return 0
 
 
 # --- integration --------------------------------------------------------------------
@@ -269,6 +304,13 @@ def parser() -> argparse.ArgumentParser:
                    help="open or update the open issue with this label when patches drift")
     _index_options(p, find_links=False)
 
+    p = _command(sub, "pin", _pin,
+                 "pin a release from the index (files + sha256, its stack) into stacks.toml")
+    p.add_argument("project", choices=projects.NAMES)
+    p.add_argument("version")
+    p.add_argument("--no-stack", action="store_true", help="pin the artifacts only")
+    _index_options(p, find_links=False)
+
     p = _command(sub, "rebase", _rebase, "carry a series from one upstream version to another")
     p.add_argument("project", choices=projects.NAMES)
     p.add_argument("from_version", help="the version whose series to carry (A)")
@@ -278,6 +320,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--work-dir", type=pathlib.Path, help="keep the git repositories here")
     _index_options(p)
+
+    p = _command(sub, "refresh", _refresh,
+                 "write a rebase work repository's commits back as the series (after resolving)")
+    p.add_argument("project", choices=projects.NAMES)
+    p.add_argument("version", help="the version whose series to write")
+    p.add_argument("--work-dir", type=pathlib.Path, help="rebase's --work-dir (uses its to-<version>/)")
+    p.add_argument("--repo", type=pathlib.Path, help="any repository whose commits are the series")
+    p.add_argument("--base", help=f"the pristine commit (default {rebase.BASE_REF})")
+    p.add_argument("--out", type=pathlib.Path, help="where to write (default patches/<project>/<version>/)")
+    p.add_argument("--drop", action="append", default=[], metavar="TOPIC",
+                   help="drop this topic of the old series on purpose (repeatable)")
 
     p = _command(sub, "integration", _integration,
                  "sglang on SM120: piecewise on vs off, greedy check, bench report")

@@ -358,10 +358,10 @@ def function_source(text: str, name: str) -> str | None:
     nodes: list[ast.stmt] = list(tree.body)
     while nodes:
         node = nodes.pop(0)
-        if isinstance(node, (ast.If, ast.Try)):  # `if HAS_X: def f(...)`, `try: ... except`
+        if isinstance(node, ast.If | ast.Try):  # `if HAS_X: def f(...)`, `try: ... except`
             nodes[:0] = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", []),
                          *(s for h in getattr(node, "handlers", []) for s in h.body)]
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
             return "".join(lines[first - 1 : node.end_lineno])
     return None

@@ -39,6 +39,22 @@ DEP3_FIELD = re.compile(r"^(?P<name>[A-Z][A-Za-z-]*): ?(?P<value>.*)$")
 DIFF_HEADER = re.compile(r"^diff --git a/(?P<old>\S+) b/(?P<new>\S+)$", re.M)
 
 
+def dep3_fields(message: str) -> dict[str, str]:
+    """The DEP-3 ``Name: value`` lines of a commit message; a repeated field (several
+    ``Bug:`` lines) keeps every value, in order, one a line."""
+    fields: dict[str, str] = {}
+    for line in message.splitlines():
+        match = DEP3_FIELD.match(line)
+        if match:
+            name, value = match["name"], match["value"].strip()
+            fields[name] = f"{fields[name]}\n{value}" if name in fields else value
+    return fields
+
+
+def split_topics(value: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in value.split(",") if t.strip())
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Patch:
     """One ``git format-patch`` file with DEP-3 fields in its message body."""
@@ -57,7 +73,7 @@ class Patch:
     @property
     def topics(self) -> tuple[str, ...]:
         """The ``Topic:`` field's topics, in order (empty when it has none)."""
-        return tuple(t.strip() for t in self.fields.get("Topic", "").split(",") if t.strip())
+        return split_topics(self.fields.get("Topic", ""))
 
     @property
     def topic(self) -> str:
@@ -100,7 +116,11 @@ class Patch:
 
     @classmethod
     def load(cls, path: pathlib.Path) -> Patch:
-        text = path.read_text(encoding="utf-8")
+        return cls.parse(path.read_text(encoding="utf-8"), path)
+
+    @classmethod
+    def parse(cls, text: str, path: pathlib.Path) -> Patch:
+        """A patch from ``git format-patch`` text; ``path`` is where it lives (or will)."""
         head, sep, diff = text.partition("\n---\n")
         if not sep or "diff --git " not in diff:
             raise ConfigError(f"{path}: not a 'git format-patch' file (no '---' and diff)")
@@ -108,13 +128,7 @@ class Patch:
         subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", " ".join(str(message["Subject"] or "").split()))
         body = message.get_payload()
         assert isinstance(body, str)
-        fields: dict[str, str] = {}
-        for line in body.splitlines():
-            match = DEP3_FIELD.match(line)
-            if match:
-                # A field may repeat (several Bug: lines): keep every value, in order.
-                name, value = match["name"], match["value"].strip()
-                fields[name] = f"{fields[name]}\n{value}" if name in fields else value
+        fields = dep3_fields(body)
         return cls(
             path=path,
             author=str(message["From"] or ""),

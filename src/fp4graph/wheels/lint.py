@@ -7,7 +7,14 @@ import pathlib
 from packaging.utils import canonicalize_name
 
 from ..model.errors import ConfigError
-from ..model.series import PATCH_NAME, SERIES_FILE, Patch, iter_series_dirs, load_series, read_series
+from ..model.series import (
+    PATCH_NAME,
+    SERIES_FILE,
+    Patch,
+    iter_series_dirs,
+    load_series,
+    read_series,
+)
 from ..model.stacks import load
 
 
