@@ -7,8 +7,9 @@ import pathlib
 import pytest
 
 from fp4graph.integration import flags
+from support.targets import pinned_versions
 
-VERSIONS = ["0.5.9", "0.5.10.post1", "0.5.11"]
+VERSIONS = pinned_versions("sglang")  # every sglang release patches/stacks.toml pins
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,12 @@ def sglang_targets(repo: pathlib.Path = REPO) -> dict[str, str]:
     return dict(sorted(out.items(), key=lambda kv: Version(kv[0])))
 
 
+def pinned_versions(project: str, repo: pathlib.Path = REPO) -> list[str]:
+    """Every version of ``project`` pinned in patches/stacks.toml, oldest first."""
+    catalog = stacks.load(repo / "patches" / "stacks.toml")
+    return sorted((a.version for a in catalog.artifacts.values() if a.project == project), key=Version)
+
+
 def versions_with_topic(
     project: str, topic: str, *, below: str | None = None, at_least: str | None = None,
     repo: pathlib.Path = REPO,
