@@ -155,10 +155,15 @@ def upstream(session: nox.Session) -> None:
     """PR-ready branches, format-patch output and PR bodies from a series (dry run)."""
     if not session.posargs:
         session.error("Usage: nox -s upstream -- <project> [--version V] [--repo PATH]")
-    # torch: the tests the patches add run here; pyyaml reads the tree's pre-commit config.
+    # torch: the tests the patches add run here; pyyaml reads the tree's pre-commit config;
+    # what those tests import (pytest, the release's own requirements) fp4graph says.
     session.install(TORCH)
-    session.install("-e", ".", "pyyaml")
-    session.run("python", "-m", "fp4graph", "upstream", *session.posargs)
+    session.install("-e", ".", "pyyaml", TORCH)
+    needs = session.run("python", "-m", "fp4graph", "upstream", *session.posargs,
+                        "--print-test-requirements", silent=True)
+    if needs and needs.split():
+        session.install(*needs.split(), TORCH)
+    session.run("python", "-m", "fp4graph", "upstream", *session.posargs, "--tests-must-run")
 
 
 @nox.session(default=False)

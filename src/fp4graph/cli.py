@@ -103,6 +103,10 @@ def _upstream(args: argparse.Namespace) -> int:
     if args.push and not args.remote:
         raise Fp4graphError("--push needs an explicit --remote (a URL or a remote name of --repo)")
     settings = settings_from_args(args)
+    if args.print_test_requirements:
+        if not args.no_tests:
+            print("\n".join(prs.test_requirements(settings, args.project, args.version)))
+        return 0
     out = args.out
     if out is None:
         shown = args.version or prs.target_artifact(settings, args.project, None).version
@@ -110,7 +114,7 @@ def _upstream(args: argparse.Namespace) -> int:
     result = prs.prepare(
         settings, args.project, out, version=args.version, repo=args.repo, base=args.base,
         run_checks=not args.no_checks, tools=args.tools, run_tests=not args.no_tests,
-        python=args.python,
+        python=args.python, tests_must_run=args.tests_must_run,
     )
     print(f"{result.project} {result.version}: series {result.series_version}, source {result.origin}")
     for pr in result.prs:
@@ -288,6 +292,10 @@ def parser() -> argparse.ArgumentParser:
                    help="auto: install the pinned check tools into cached venvs; path: use PATH")
     p.add_argument("--no-tests", action="store_true", help="do not run the tests the patches add")
     p.add_argument("--python", default=sys.executable, help="interpreter for those tests")
+    p.add_argument("--tests-must-run", action="store_true",
+                   help="a test that cannot run (a module missing) fails the command")
+    p.add_argument("--print-test-requirements", action="store_true",
+                   help="print what those tests need installed (besides torch) and exit")
     p.add_argument("--push", action="store_true", help="push the PR branches (needs --remote)")
     p.add_argument("--remote", help="where to push: a URL or a remote name of --repo")
     _index_options(p)

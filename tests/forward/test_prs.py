@@ -116,3 +116,12 @@ def test_local_clone_and_explicit_push(checkout: Settings, tmp_path: pathlib.Pat
 def test_push_needs_a_remote(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["upstream", FI, "--push"]) == 2
     assert "Fp4graphError: --push needs an explicit --remote" in capsys.readouterr().err
+
+
+def test_the_added_tests_requirements_come_from_the_release(checkout: Settings) -> None:
+    """What `nox -s upstream` installs: pytest and flashinfer's own Requires-Dist, no torch."""
+    needs = prs.test_requirements(checkout, FI, "0.6.3")
+    assert needs[0] == "pytest"
+    assert "apache-tvm-ffi!=0.1.8,!=0.1.8.post0,<0.2,>=0.1.6" in needs and "numpy" in needs
+    assert not [n for n in needs if n.startswith("torch")]
+    assert prs.test_requirements(checkout, "sglang", "0.5.9") == []  # projects.py declares none
