@@ -202,7 +202,8 @@ def test_dry_run_plan(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
     for family in ("llama", "qwen3", "qwen3-moe", "deepseek-v3", "glm4-moe", "glm5", "deepseek-v3.2"):
         assert f"{venv_python} -m fp4graph.integration.checkpoint" in out and f"--family {family}" in out
     assert "transformers: glm5 (>= 5.2.0)" in out and "pip install transformers==5.6.0" in out
-    cell = lines.index("cell glm5/no-cuda-graph/moe-flashinfer_cutlass/fusion-off (GlmMoeDsaForCausalLM):")
+    cell = lines.index("cell glm5/no-cuda-graph/moe-flashinfer_cutlass/fusion-off (GlmMoeDsaForCausalLM; "
+                       "venv-transformers-5.6.0 where the venv's transformers predates 5.2.0):")
     off, on = lines[cell + 1], lines[cell + 3]
     assert off.startswith("  server piecewise off:") and on.startswith("  server piecewise on:")
     assert "--enable-piecewise-cuda-graph" in on and "--enable-piecewise-cuda-graph" not in off

@@ -184,8 +184,8 @@ def describe(args: argparse.Namespace, layout: Layout, install: plan.InstallPlan
     ]
     lines += ["install: " + plan.render(c) for c in install.commands()]
     newer = [f"{f.name} (>= {f.min_transformers})" for f in families if f.min_transformers]
+    other = install.with_overrides(NEWER_TRANSFORMERS)
     if newer:
-        other = install.with_overrides(NEWER_TRANSFORMERS)
         lines.append(
             f"transformers: {', '.join(newer)}; where the venv's is older, venv {other.venv}:"
         )
@@ -197,7 +197,10 @@ def describe(args: argparse.Namespace, layout: Layout, install: plan.InstallPlan
     lines.append(f"matrix: {len(cells)} cells x piecewise off/on")
     base_url = "http://127.0.0.1:PORT"
     for cell in cells:
-        lines.append(f"cell {cell.id} ({cell.family.architecture}):")
+        venv = ""
+        if cell.family.min_transformers:
+            venv = f"; {other.venv.name} where the venv's transformers predates {cell.family.min_transformers}"
+        lines.append(f"cell {cell.id} ({cell.family.architecture}{venv}):")
         for mode in (flags.Piecewise.OFF, flags.Piecewise.ON):
             cmd = flags.server_command(
                 install.python, sglang_version=version, model_path=_model_path(args, layout, cell.family),
