@@ -47,6 +47,7 @@ import inspect
 import json
 import os
 import socket
+import time
 import traceback
 from typing import Any
 
@@ -333,8 +334,9 @@ def main(request_json: str) -> None:
     _install_stand_ins()
     results: dict[str, Any] = {}
     for cell in request["cells"]:
+        start = time.perf_counter()
         try:
-            results[cell["id"]] = run_cell(cell)
+            results[cell["id"]] = {**run_cell(cell), "seconds": round(time.perf_counter() - start, 2)}
         except Exception as exc:  # noqa: BLE001 - reported per cell
             results[cell["id"]] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
     print("RESULT:" + json.dumps(results, default=str), flush=True)
