@@ -5,9 +5,9 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
-from fp4graph import stacks
 from fp4graph.integration import flags, matrix
 from fp4graph.integration.families import FAMILIES
+from fp4graph.model import stacks
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

@@ -111,7 +111,7 @@ def _host_is_the_device() -> Any:
 def _deep_gemm_sm_count() -> None:
     import types
 
-    from fp4graph import simulate
+    from fp4graph.verify import simulate
 
     try:
         from sglang.srt.layers.attention.nsa import nsa_indexer
@@ -155,7 +155,7 @@ def _server_args(argv: list[str]) -> Any:
     from sglang.srt import server_args as sa_module
     from sglang.srt.utils import common
 
-    from fp4graph import simulate
+    from fp4graph.verify import simulate
 
     # nvidia-smi's answer (MiB per GPU; 0.5.9 has no torch fallback when it is missing).
     common.get_nvgpu_memory_capacity = lambda: float(simulate.SM120.total_memory >> 20)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from fp4graph.errors import ConfigError
 from fp4graph.integration import matrix
 from fp4graph.integration.families import FAMILIES, GLM5, LLAMA
 from fp4graph.integration.matrix import Fusion, Selection, StartOrder
+from fp4graph.model.errors import ConfigError
 
 
 def test_default_is_everything() -> None:

@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import Fp4graphError
+from ..model.errors import Fp4graphError
 
 # The seed's concurrency levels (1,520 output tok/s at 1024 on TP8, piecewise off).
 CONCURRENCY = (1, 10, 256, 1024)

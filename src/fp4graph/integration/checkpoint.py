@@ -93,20 +93,20 @@ def quantize_nvfp4(weight: Any, amax: Any = None) -> dict[str, Any]:
 
 def quantize_nvfp4_batched(weights: Any, amax: Any) -> dict[str, Any]:
     """:func:`quantize_nvfp4` of ``weights`` [n, out, in] with per-tensor ``amax`` [n], in one
-    call of the NVFP4 reference (fp4ref) instead of n."""
+    call of the NVFP4 reference (verify.nvfp4) instead of n."""
     import torch
 
-    from .. import fp4ref
+    from ..verify import nvfp4
 
     w = weights.float()
     weight_scale_2 = (amax.float().clamp(min=1e-12) / (E2M1_MAX * E4M3_MAX)).to(torch.float32)
     # FlashInfer's global scale is 1 / weight_scale_2: the e4m3 block scale is
     # e4m3(amax16 / (6 * weight_scale_2)) and the codes are x / (scale * weight_scale_2).
-    # fp4ref takes one global scale, so each tensor is divided by its weight_scale_2 first
+    # nvfp4 takes one global scale, so each tensor is divided by its weight_scale_2 first
     # and quantized with global scale 1 (the same scales and codes).
-    codes, sf_bits = fp4ref.quantize_rowmajor(w / weight_scale_2.view(-1, 1, 1), 1.0, GROUP_SIZE)
+    codes, sf_bits = nvfp4.quantize_rowmajor(w / weight_scale_2.view(-1, 1, 1), 1.0, GROUP_SIZE)
     return {
-        "weight": fp4ref.pack_e2m1(codes),
+        "weight": nvfp4.pack_e2m1(codes),
         "weight_scale": sf_bits.view(torch.float8_e4m3fn),
         "weight_scale_2": weight_scale_2,
     }
@@ -114,10 +114,10 @@ def quantize_nvfp4_batched(weights: Any, amax: Any) -> dict[str, Any]:
 
 def dequantize_nvfp4(tensors: Mapping[str, Any]) -> Any:
     """Inverse of :func:`quantize_nvfp4` (float32), for checks."""
-    from .. import fp4ref
+    from ..verify import nvfp4
 
-    codes = fp4ref.unpack_e2m1(tensors["weight"])
-    values = fp4ref.e2m1_decode(codes)
+    codes = nvfp4.unpack_e2m1(tensors["weight"])
+    values = nvfp4.e2m1_decode(codes)
     scale = tensors["weight_scale"].float().repeat_interleave(GROUP_SIZE, dim=-1)
     return values * scale * tensors["weight_scale_2"].float()
 

@@ -22,7 +22,7 @@ import enum
 import itertools
 from collections.abc import Iterable, Sequence
 
-from ..errors import ConfigError
+from ..model.errors import ConfigError
 from .families import FAMILIES, Family
 
 

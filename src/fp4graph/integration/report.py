@@ -13,7 +13,7 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..files import write_atomic
+from ..model.files import write_atomic
 from . import benchmark
 from .matrix import Cell
 from .server import Mismatch
