@@ -1,6 +1,6 @@
 """Child side of the CPU checks: sglang's own argument parsing and weight loading of a cell.
 
-Imported inside a child interpreter that has one sglang tree (pristine or patched) first on
+Imported inside a child interpreter that has a stack's sglang and flashinfer trees first on
 ``sys.path`` and ``tests/sglang`` (sgsim) after it.  :func:`main` takes a JSON request
 ``{"cells": [{"id": ..., "argv": [...], "load": bool}, ...]}``: for every cell, the
 launch_server arguments the integration run would pass; it prints one ``RESULT:`` JSON line.
@@ -25,14 +25,17 @@ Stand-ins, for what cannot exist on a CPU (each one a device query or a device r
 - ``sgsim.prepare()``: the simulated SM120 (torch.cuda device queries), inert torchvision /
   sgl_kernel / flashinfer.comm modules for the import chain (see tests/sglang/sgsim.py);
 - ``torch.cuda.mem_get_info`` and ``utils.common.get_nvgpu_memory_capacity`` (nvidia-smi):
-  the memory of the simulated 96 GiB card (ServerArgs sizes its defaults from it); ``torch.cuda.Stream``: :class:`HostStream` (the alternate streams
-  models create for overlap, never used while loading); ``Tensor.cuda()`` returns the
-  tensor while the model is built (``_host_is_the_device``: the model lives in host memory);
+  the memory of the simulated 96 GiB card (ServerArgs sizes its defaults from it);
+- ``torch.cuda.Stream``: :class:`HostStream` (the alternate streams models create for
+  overlap, never used while loading); ``Tensor.cuda()`` returns the tensor while the model
+  is built (``_host_is_the_device``: the model lives in host memory);
 - the NSA indexer's ``deep_gemm`` (a CUDA-only package, so sglang holds the ImportError in
   its place): an object with only ``get_num_sms()``, the simulated card's SM count, which
   the indexer reads when it is built;
 - the parallel state: sglang's own ``init_distributed_environment`` /
-  ``initialize_model_parallel`` on a gloo world of size 1 (the run uses NCCL).
+  ``initialize_model_parallel`` on a gloo world of size 1 (the run uses NCCL), with
+  ``parallel_state.is_cuda_alike`` answering False meanwhile, so the group coordinators
+  keep their tensors on the host.
 
 The load check: every parameter is filled with a sentinel byte pattern, the weights are
 loaded, then again with a second pattern; an element equal in both loads was written by the
@@ -67,7 +70,9 @@ def _install_stand_ins() -> None:
     sgsim.prepare()
     import torch
 
-    total = 96 << 30
+    from fp4graph.verify import simulate
+
+    total = simulate.SM120.total_memory
 
     def mem_get_info(device: Any = None) -> tuple[int, int]:
         return (total - (4 << 30), total)

@@ -30,8 +30,6 @@ import fnmatch
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from packaging.version import Version
-
 # Activation amax the input scales are made for (RMSNorm output of a random model).
 ACTIVATION_AMAX = 8.0
 # The transformers a family gets when the stack's sglang pins one older than the family's
@@ -88,6 +86,9 @@ class Family:
 
     def needs_newer_transformers(self, installed: str) -> bool:
         """Whether ``installed`` (a transformers version) predates this family's model type."""
+        # Imported here: the checkpoint writer (this module, in the sglang venv) needs none.
+        from packaging.version import Version
+
         return self.min_transformers is not None and Version(installed) < Version(self.min_transformers)
 
     def config(self, size: Size = Size.SERVE) -> dict[str, Any]:
