@@ -21,6 +21,10 @@ MODULE_COMMANDS: dict[str, tuple[str, str]] = {
     "upstream": (".upstream", "PR-ready branches, format-patch output and PR bodies from a series"),
     "drift": (".drift", "classify every patch against every upstream release"),
     "rebase": (".carry", "carry a series from one upstream version to another"),
+    "suites": (
+        ".verify.suites",
+        "upstream's own tests from the pinned tag, patched wheel beside pristine",
+    ),
     "integration": (
         ".integration.command",
         "sglang on SM120: piecewise on vs off, greedy check, bench report",

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from . import __version__, apply, repack, trees
 from .config import Settings
+from .errors import BuildError
 from .fetch import fetch, sha256_of
 from .index import write_index, write_metadata_files
 from .log import log
@@ -87,6 +88,16 @@ def _build_wheel(
     with contextlib.suppress(OSError):
         staging.rename(cached)  # a concurrent build may have won; either is the same
     return cached / result.name
+
+
+def patched_wheel(settings: Settings, artifact: Artifact, pinned: ArtifactFile) -> pathlib.Path:
+    """The patched wheel of one pinned file, from the build cache or built into it."""
+    series = load_series(settings.patches_dir, artifact.project, artifact.version)
+    if series is None:
+        raise BuildError(f"{artifact.key} has no series in patches/{artifact.project}/{artifact.version}/")
+    settings.cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=settings.cache_dir, prefix=".work-") as work:
+        return _build_wheel(settings, artifact, pinned, series, pathlib.Path(work))
 
 
 def _build_artifact(
