@@ -17,7 +17,7 @@ import pytest
 
 from fp4graph import config, stacks
 from fp4graph.errors import ConfigError
-from fp4graph.verify import suite_report, suites
+from fp4graph.verify import suite_report, suite_source, suites
 
 from .conftest import PROJECT, SELECTION, STACK, Run, World
 
@@ -287,9 +287,9 @@ def test_selection_table_paths_exist_at_each_pinned_tag() -> None:
         pin = artifact.source
         if artifact.project != "flashinfer-python" or pin is None:
             continue
-        if suites._rev(mirror, f"{pin.commit}^{{commit}}") is None:
+        if suite_source.rev(mirror, f"{pin.commit}^{{commit}}") is None:
             continue
-        tree = suites._tree_paths(mirror, pin.commit)
+        tree = suite_source.tree_paths(mirror, pin.commit)
         chosen, absent = suites.select(suites.FLASHINFER, tree, lambda p: {}, [])
         assert absent == [], (artifact.version, absent)
         assert len(chosen) == len(suites.FLASHINFER.files)
