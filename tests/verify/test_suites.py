@@ -293,3 +293,19 @@ def test_selection_table_paths_exist_at_each_pinned_tag() -> None:
         chosen, absent = suites.select(suites.FLASHINFER, tree, lambda p: {}, [])
         assert absent == [], (artifact.version, absent)
         assert len(chosen) == len(suites.FLASHINFER.files)
+
+
+def _events(*outcomes: tuple[str, str]) -> dict[str, object]:
+    events: list[dict[str, object]] = [{"event": "collected", "count": len(outcomes)}]
+    for nodeid, outcome in outcomes:
+        events += [{"event": "begin", "nodeid": nodeid}, {"event": "test", "nodeid": nodeid, "outcome": outcome}]
+    events.append({"event": "finish", "exitstatus": 0})
+    return {"events": events, "killed": False, "returncode": 0, "wall_s": 1.0, "budget_s": 60, "log_tail": ""}
+
+
+def test_a_file_that_skips_everywhere_says_so() -> None:
+    row = suite_report.compare(_events(("t::a", "skipped")), _events(("t::a", "skipped")))
+    assert row["status"] == "ok" and row["compared"] == 1
+    assert "every test skips itself here, in both installs (upstream's own gate)" in row["notes"]
+    failing_both = suite_report.compare(_events(("t::a", "failed")), _events(("t::a", "failed")))
+    assert failing_both["status"] == "ok" and failing_both["regressions"] == []
