@@ -309,3 +309,24 @@ def test_a_file_that_skips_everywhere_says_so() -> None:
     assert "every test skips itself here, in both installs (upstream's own gate)" in row["notes"]
     failing_both = suite_report.compare(_events(("t::a", "failed")), _events(("t::a", "failed")))
     assert failing_both["status"] == "ok" and failing_both["regressions"] == []
+
+
+def test_cli_packs_bundles_and_runs_them(
+    bad_world: World, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setitem(suites.SELECTIONS, PROJECT, SELECTION)
+    monkeypatch.chdir(bad_world.settings.repo)
+    monkeypatch.setenv("FP4GRAPH_CACHE", str(bad_world.settings.cache_dir))
+    monkeypatch.setenv("FP4GRAPH_FIND_LINKS", str(bad_world.wheel.parent))
+    parser = argparse.ArgumentParser()
+    suites.add_arguments(parser)
+    carry = tmp_path / "carry"
+    assert suites.run(parser.parse_args([STACK, "--repo", str(bad_world.upstream), "--pack", str(carry)])) == 0
+    packed = carry / f"{PROJECT}-1.0.tar.xz"
+    assert f"{packed}  " in capsys.readouterr().out
+    out = tmp_path / "out"
+    args = parser.parse_args(["--bundle", str(packed), "--file", "tests/test_legacy.py", "--out", str(out)])
+    assert suites.run(args) == 1  # test_legacy.py collects only pristine
+    report = json.loads((out / f"{STACK}-{PROJECT}-1.0.json").read_text())
+    assert report["collection_regressions"] == 1 and report["files_compared"] == 1

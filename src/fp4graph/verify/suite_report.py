@@ -159,6 +159,7 @@ def build(
         "files": files,
         "regressions": regressions,
         "collection_regressions": collection,
+        "files_compared": sum(1 for f in files if f["status"] != "not run"),
         "ok": regressions == 0 and collection == 0,
         "notes": _device_notes(device, [f["area"] for f in files]),
     }
@@ -189,7 +190,8 @@ def markdown(report: dict[str, Any]) -> str:
     )
     if report["series_modules"]:
         lines.append("- modules the series patch: " + ", ".join(report["series_modules"]))
-    verdict = "**no regression**" if report["ok"] else (
+    verdict = "**no regression**" if report["files_compared"] else "nothing compared"
+    verdict = verdict if report["ok"] else (
         f"**{report['regressions']} regression(s)**"
         + (f", {report['collection_regressions']} file(s) that collect only pristine"
            if report["collection_regressions"] else "")

@@ -463,68 +463,87 @@ def _write_report(report: dict[str, Any], out: pathlib.Path, stem: str) -> None:
     write_atomic(out / f"{stem}.md", suite_report.markdown(report))
 
 
+def _projects(args: argparse.Namespace, catalog: Catalog, stack: str) -> list[str]:
+    """The projects to run: those asked for, else every one with a selection and a pin."""
+    pinned = {a.project: a.source for a in catalog.stack_artifacts(catalog.stack(stack))}
+    if args.project:
+        return list(args.project)
+    for project in SELECTIONS:
+        if project in pinned and not pinned[project]:
+            print(f"suites: {stack}: skip {project}: patches/stacks.toml pins no source "
+                  "(repo, tag, commit) for it")
+    projects = [p for p in SELECTIONS if pinned.get(p)]
+    if not projects:
+        raise SuiteError(f"stack {stack}: no artifact with a test selection and a source pin")
+    return projects
+
+
+def _prepare_stack(args: argparse.Namespace, settings: config.Settings, catalog: Catalog,
+                   work: pathlib.Path) -> list[Bundle] | None:
+    """The bundles of the stack's projects (None: nothing left to do)."""
+    stack = args.stack or os.environ.get("FP4GRAPH_STACK") or "sglang-0.5.9"
+    projects = _projects(args, catalog, stack)
+    if args.requirements:
+        reqs = requirements(settings, stack, projects, args.torch)
+        write_atomic(args.requirements, "\n".join(reqs) + "\n")
+        print(f"{args.requirements}: {len(reqs)} requirements for {', '.join(projects)}")
+        return None
+    if not args.pack and not probe_device(sys.executable).get("cuda_available"):
+        for project in [p for p in projects if SELECTIONS[p].needs_cuda]:
+            print(f"suites: {stack}: skip {project}: its tests need a CUDA GPU and torch sees none")
+            projects.remove(project)
+    if not projects:
+        print("suites: nothing to run here")
+        return None
+    if args.patched and len(projects) != 1:
+        raise SuiteError("--patched WHEEL needs exactly one --project")
+    repos = _repos(args.repo, projects)
+    bundles = [
+        prepare(settings, stack, project, work / f"{project}-{stack}", repo=repos.get(project),
+                patched=args.patched)
+        for project in projects
+    ]
+    if args.pack:
+        for bundle in bundles:
+            packed = pack(bundle, args.pack / f"{bundle.name}.tar.xz")
+            print(f"{packed}  {packed.stat().st_size / 1e6:.1f} MB  "
+                  f"{len(bundle.manifest['files'])} files, upstream {bundle.manifest['source']['tag']}")
+        return None
+    return bundles
+
+
 def run(args: argparse.Namespace) -> int:
     settings = config.Settings.from_env(config.find_checkout())
     catalog = load(settings.stacks_file)
     started = time.time()
-    deadline = started + args.deadline if args.deadline else None
     options = RunOptions(
-        budget_s=args.budget, budget_scale=args.budget_scale, deadline=deadline,
+        budget_s=args.budget, budget_scale=args.budget_scale,
+        deadline=started + args.deadline if args.deadline else None,
         files=tuple(args.file), areas=tuple(args.area), jit_cache=args.jit_cache,
         pytest_args=tuple(args.pytest_arg),
     )
-    with contextlib.ExitStack() as stack_ctx:
-        work = args.work or pathlib.Path(stack_ctx.enter_context(tempfile.TemporaryDirectory(prefix="fp4graph-suites-")))
+    with contextlib.ExitStack() as cleanup:
+        work = args.work or pathlib.Path(
+            cleanup.enter_context(tempfile.TemporaryDirectory(prefix="fp4graph-suites-"))
+        )
         work.mkdir(parents=True, exist_ok=True)
-        bundles: list[Bundle] = []
         if args.bundle:
-            for i, path in enumerate(args.bundle):
-                bundle = open_bundle(path, work / f"bundle-{i}")
+            bundles = [open_bundle(path, work / f"bundle-{i}") for i, path in enumerate(args.bundle)]
+            for bundle in bundles:
                 check_bundle_pin(bundle, catalog)
-                bundles.append(bundle)
         else:
-            stack = args.stack or os.environ.get("FP4GRAPH_STACK") or "sglang-0.5.9"
-            pinned = {a.project: a.source for a in catalog.stack_artifacts(catalog.stack(stack))}
-            projects = list(args.project or [p for p in SELECTIONS if pinned.get(p)])
-            for project in SELECTIONS:
-                if not args.project and project in pinned and not pinned[project]:
-                    print(f"suites: {stack}: skip {project}: patches/stacks.toml pins no source "
-                          "(repo, tag, commit) for it")
-            if not projects:
-                raise SuiteError(f"stack {stack}: no artifact with a test selection and a source pin")
-            if args.requirements:
-                reqs = requirements(settings, stack, projects, args.torch)
-                write_atomic(args.requirements, "\n".join(reqs) + "\n")
-                print(f"{args.requirements}: {len(reqs)} requirements for {', '.join(projects)}")
+            prepared = _prepare_stack(args, settings, catalog, work)
+            if prepared is None:
                 return 0
-            if not args.pack:
-                gpu = probe_device(sys.executable).get("cuda_available")
-                for project in [p for p in projects if SELECTIONS[p].needs_cuda and not gpu]:
-                    print(f"suites: {stack}: skip {project}: its tests need a CUDA GPU and torch sees none")
-                    projects.remove(project)
-                if not projects:
-                    print("suites: nothing to run here")
-                    return 0
-            repos = _repos(args.repo, projects)
-            if args.patched and len(projects) != 1:
-                raise SuiteError("--patched WHEEL needs exactly one --project")
-            for project in projects:
-                bundles.append(prepare(
-                    settings, stack, project, work / f"{project}-{stack}", repo=repos.get(project),
-                    patched=args.patched,
-                ))
-            if args.pack:
-                for bundle in bundles:
-                    packed = pack(bundle, args.pack / f"{bundle.name}.tar.xz")
-                    print(f"{packed}  {packed.stat().st_size / 1e6:.1f} MB  "
-                          f"{len(bundle.manifest['files'])} files, upstream {bundle.manifest['source']['tag']}")
-                return 0
-        failed = False
+            bundles = prepared
+        failed, compared = False, 0
         for bundle in bundles:
             report = run_bundle(bundle, work / f"run-{bundle.name}", options)
             report["command"] = subprocess.list2cmdline(sys.argv)
             _write_report(report, args.out, f"{bundle.manifest['stack']}-{bundle.name}")
             print(suite_report.markdown(report))
             failed |= not report["ok"]
-        print(f"suites: {'FAILED' if failed else 'ok'} ({time.time() - started:.0f} s); reports in {args.out}")
+            compared += report["files_compared"]
+        verdict = "FAILED" if failed else ("ok" if compared else "ok, but nothing was compared")
+        print(f"suites: {verdict} ({time.time() - started:.0f} s); reports in {args.out}")
         return 1 if failed else 0
