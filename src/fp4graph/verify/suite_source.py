@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import io
+import os
 import pathlib
 import subprocess
 import tarfile
@@ -19,18 +20,24 @@ from ..log import log
 from ..srcrepo import git_env
 from ..stacks import SourcePin
 
+_REPO_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")
+
 
 class SuiteError(Fp4graphError):
     """Upstream's tests could not be fetched, verified, installed or run."""
 
 
-def git(repo: pathlib.Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+def git(
+    repo: pathlib.Path, *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """``git -C repo args``, logged; by default without the user's git configuration."""
     cmd = ["git", "-C", str(repo), *args]
-    log(subprocess.list2cmdline(cmd))
-    result = subprocess.run(cmd, capture_output=True, env=git_env(None))
+    line = subprocess.list2cmdline(cmd)
+    log(line if len(line) < 300 else f"{line[:300]} ... ({len(args)} arguments)")
+    result = subprocess.run(cmd, capture_output=True, env=env or git_env(None))
     if check and result.returncode != 0:
         raise SuiteError(
-            f"`{subprocess.list2cmdline(cmd)}` failed ({result.returncode}): "
+            f"`{line[:300]}` failed ({result.returncode}): "
             + result.stderr.decode(errors="replace").strip()
         )
     return result
@@ -75,9 +82,12 @@ def fetch_pin(settings: config.Settings, pin: SourcePin, url: str | None = None)
         repo.mkdir(parents=True, exist_ok=True)
         git(repo, "init", "-q", "--bare")
     source = url or pin.url
+    # The user's git configuration applies here: proxies, url.*.insteadOf mirrors.
     result = git(
         repo, "fetch", "-q", "--depth", "1", "--no-tags", source,
         f"+refs/tags/{pin.tag}:refs/tags/{pin.tag}", check=False,
+        env={**{k: v for k, v in os.environ.items() if k not in _REPO_VARIABLES},
+             "GIT_TERMINAL_PROMPT": "0"},
     )
     if result.returncode != 0:
         raise SuiteError(
