@@ -24,7 +24,7 @@ TORCH = "torch==2.13.0"
 # and the versions each traces; read with our own stacks module (nox brings `packaging`).
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "src"))
-from fp4graph.stacks import load  # noqa: E402
+from fp4graph.model.stacks import load  # noqa: E402
 
 VERSIONS_BY_TORCH = load(HERE / "patches" / "stacks.toml").versions_by_torch()
 STACK_TORCHES = sorted(VERSIONS_BY_TORCH)
@@ -64,13 +64,16 @@ def _install_test_env(session: nox.Session, torch: str = TORCH) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Check patches/ (series membership, DEP-3 headers) and our own code."""
+    """Check patches/ (series membership, DEP-3 headers) and our own code (ruff, mypy, layers)."""
     session.install(TORCH)
-    session.install("-e", ".", "ruff==0.17.6", "mypy==2.4.1", "types-PyYAML", "safetensors", "tokenizers",
-                    "pytest")
+    session.install(
+        "-e", ".", "ruff==0.17.6", "mypy==2.4.1", "import-linter==2.16", "types-PyYAML",
+        "safetensors", "tokenizers", "pytest",
+    )
     session.run("python", "-m", "fp4graph", "lint")
     session.run("ruff", "check", "src", "tests", "noxfile.py")
     session.run("mypy")
+    session.run("lint-imports", "--no-cache")  # pyproject.toml [tool.importlinter]
 
 
 @nox.session

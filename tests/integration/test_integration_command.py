@@ -13,8 +13,9 @@ import sys
 
 import pytest
 
-from fp4graph.errors import ConfigError
+from fp4graph import cli
 from fp4graph.integration import command, device, plan
+from fp4graph.model.errors import ConfigError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 H200 = "NVIDIA H200, 9.0\n"
@@ -22,9 +23,7 @@ PRO6000 = "NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0\n"
 
 
 def _args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    command.add_arguments(parser)
-    return parser.parse_args(list(argv))
+    return cli.parser().parse_args(["integration", *argv])
 
 
 def _fake_repo(tmp: pathlib.Path, manifest: dict[str, object] | None = None) -> pathlib.Path:

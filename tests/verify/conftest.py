@@ -9,7 +9,8 @@
   and removes ``legacy`` (a test file that imports it no longer collects).
 
 Nothing is stood in for: the wheels are built and patched by the engine, installed by pip and
-tested by upstream-style pytest files in child processes.
+tested by upstream-style pytest files in child processes.  The one addition: the engine's
+project registry (``model.projects``) knows ``demo-kernels`` while these tests run.
 """
 
 from __future__ import annotations
@@ -18,17 +19,31 @@ import dataclasses
 import pathlib
 import subprocess
 import textwrap
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from wheel.wheelfile import WheelFile
 
-from fp4graph import config
-from fp4graph.fetch import sha256_of
+from fp4graph.model import config, projects
 from fp4graph.verify import suites
+from fp4graph.wheels.fetch import sha256_of
 
 PROJECT = "demo-kernels"
 STACK = "demo-1.0"
+# What the engine knows of it (model.projects): paths as in the wheel, no version file.
+DEMO = dataclasses.replace(
+    projects.FLASHINFER, name=PROJECT, github="example/demo-kernels", version_file=None,
+    editable_data=None, upstream_fixes=(),
+)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def demo_project() -> Iterator[None]:
+    """The engine's project registry knows demo-kernels while these tests run."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(projects.PROJECTS, PROJECT, DEMO)  # type: ignore[arg-type]
+        yield
 
 OPS = '''\
 def add(a, b):

@@ -6,7 +6,6 @@ pytest files in child processes, patched beside pristine.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -15,8 +14,9 @@ import zipfile
 
 import pytest
 
-from fp4graph import config, stacks
-from fp4graph.errors import ConfigError
+from fp4graph import cli
+from fp4graph.model import config, stacks
+from fp4graph.model.errors import ConfigError
 from fp4graph.verify import suite_report, suite_source, suites
 
 from .conftest import PROJECT, SELECTION, STACK, Run, World
@@ -207,12 +207,9 @@ def test_cli_writes_reports_and_fails_on_regression(
     monkeypatch.chdir(bad_world.settings.repo)
     monkeypatch.setenv("FP4GRAPH_CACHE", str(bad_world.settings.cache_dir))
     monkeypatch.setenv("FP4GRAPH_FIND_LINKS", str(bad_world.wheel.parent))
-    parser = argparse.ArgumentParser()
-    suites.add_arguments(parser)
     out = tmp_path / "out"
-    args = parser.parse_args([STACK, "--repo", str(bad_world.upstream), "--out", str(out),
-                              "--file", "tests/test_ops.py"])
-    assert suites.run(args) == 1
+    assert cli.main(["suites", STACK, "--repo", str(bad_world.upstream), "--out", str(out),
+                     "--file", "tests/test_ops.py"]) == 1
     report = json.loads((out / f"{STACK}-{PROJECT}-1.0.json").read_text())
     assert [f["path"] for f in report["files"]] == ["tests/test_ops.py"]
     assert report["ok"] is False
@@ -245,7 +242,7 @@ def test_flashinfer_pins_match_the_commit_each_wheel_records(version: str) -> No
     settings = config.Settings.from_env(REPO)
     artifact = stacks.load(settings.stacks_file).artifact("flashinfer-python", version)
     assert artifact.source is not None and artifact.source.tag == f"v{version}"
-    from fp4graph.fetch import fetch
+    from fp4graph.wheels.fetch import fetch
 
     with zipfile.ZipFile(fetch(settings, artifact.project, artifact.file())) as zf:
         meta = zf.read("flashinfer/_build_meta.py").decode()
@@ -319,14 +316,12 @@ def test_cli_packs_bundles_and_runs_them(
     monkeypatch.chdir(bad_world.settings.repo)
     monkeypatch.setenv("FP4GRAPH_CACHE", str(bad_world.settings.cache_dir))
     monkeypatch.setenv("FP4GRAPH_FIND_LINKS", str(bad_world.wheel.parent))
-    parser = argparse.ArgumentParser()
-    suites.add_arguments(parser)
     carry = tmp_path / "carry"
-    assert suites.run(parser.parse_args([STACK, "--repo", str(bad_world.upstream), "--pack", str(carry)])) == 0
+    assert cli.main(["suites", STACK, "--repo", str(bad_world.upstream), "--pack", str(carry)]) == 0
     packed = carry / f"{PROJECT}-1.0.tar.xz"
     assert f"{packed}  " in capsys.readouterr().out
     out = tmp_path / "out"
-    args = parser.parse_args(["--bundle", str(packed), "--file", "tests/test_legacy.py", "--out", str(out)])
-    assert suites.run(args) == 1  # test_legacy.py collects only pristine
+    # test_legacy.py collects only pristine
+    assert cli.main(["suites", "--bundle", str(packed), "--file", "tests/test_legacy.py", "--out", str(out)]) == 1
     report = json.loads((out / f"{STACK}-{PROJECT}-1.0.json").read_text())
     assert report["collection_regressions"] == 1 and report["files_compared"] == 1

@@ -8,7 +8,7 @@ The steps, one module each:
 - :mod:`.flags`: the sglang command lines per version (piecewise on / off, bench_serving);
 - :mod:`.server`: launch sglang, wait for health, greedy generation, on-vs-off comparison;
 - :mod:`.benchmark`: bench_serving at the seed's concurrency levels, parsed into a report;
-- :mod:`.upstream`: sglang's own piecewise test file from a checkout at the pinned tag;
+- :mod:`.sglang_suite`: sglang's own piecewise test file from a checkout at the pinned tag;
 - :mod:`.command`: ``python -m fp4graph integration`` (``add_arguments`` / ``run``).
 
 Only :mod:`.checkpoint` needs torch; everything else is the standard library, so the

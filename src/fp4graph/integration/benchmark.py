@@ -9,8 +9,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import Fp4graphError
-from ..files import write_atomic
+from ..model.errors import Fp4graphError
+from ..model.files import write_atomic
 
 # The seed's concurrency levels (1,520 output tok/s at 1024 on TP8, piecewise off).
 CONCURRENCY = (1, 10, 256, 1024)

@@ -141,16 +141,16 @@ def quantize_nvfp4(weight: Any, amax: Any = None) -> dict[str, Any]:
     weight's own."""
     import torch
 
-    from .. import fp4ref
+    from ..verify import nvfp4
 
     w = weight.float()
     amax = (w.abs().max() if amax is None else torch.as_tensor(amax).float()).clamp(min=1e-12)
     weight_scale_2 = (amax / (E2M1_MAX * E4M3_MAX)).to(torch.float32)
-    # FlashInfer's global scale is 1 / weight_scale_2; fp4ref then computes the e4m3 block
+    # FlashInfer's global scale is 1 / weight_scale_2; nvfp4 then computes the e4m3 block
     # scale e4m3(amax16 / (6 * weight_scale_2)) and codes x / (scale * weight_scale_2).
-    codes, sf_bits = fp4ref.quantize_rowmajor(w, 1.0 / weight_scale_2, GROUP_SIZE)
+    codes, sf_bits = nvfp4.quantize_rowmajor(w, 1.0 / weight_scale_2, GROUP_SIZE)
     return {
-        "weight": fp4ref.pack_e2m1(codes),
+        "weight": nvfp4.pack_e2m1(codes),
         "weight_scale": sf_bits.view(torch.float8_e4m3fn),
         "weight_scale_2": weight_scale_2.reshape(()),
     }
@@ -158,10 +158,10 @@ def quantize_nvfp4(weight: Any, amax: Any = None) -> dict[str, Any]:
 
 def dequantize_nvfp4(tensors: dict[str, Any]) -> Any:
     """Inverse of :func:`quantize_nvfp4` (float32), for checks."""
-    from .. import fp4ref
+    from ..verify import nvfp4
 
-    codes = fp4ref.unpack_e2m1(tensors["weight"])
-    values = fp4ref.e2m1_decode(codes)
+    codes = nvfp4.unpack_e2m1(tensors["weight"])
+    values = nvfp4.e2m1_decode(codes)
     scale = tensors["weight_scale"].float().repeat_interleave(GROUP_SIZE, dim=-1)
     return values * scale * tensors["weight_scale_2"].float()
 

@@ -18,51 +18,15 @@ import dataclasses
 import os
 import pathlib
 import subprocess
-import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import default_cache_dir, find_checkout
-from ..errors import Fp4graphError
-from . import benchmark, device, flags, plan, server, upstream
+from ..model.config import default_cache_dir, find_checkout
+from ..model.errors import Fp4graphError
+from . import benchmark, device, flags, plan, server, sglang_suite
 
 SKIPPED = "integration: SKIPPED:"
 SRC = pathlib.Path(__file__).resolve().parents[2]  # .../src, put on the venv's PYTHONPATH
-
-
-def _concurrency(text: str) -> tuple[int, ...]:
-    try:
-        levels = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers") from None
-    if not levels or min(levels) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: concurrency levels must be >= 1")
-    return levels
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stack", required=True, help="stack from patches/stacks.toml, e.g. sglang-0.5.9")
-    parser.add_argument("--model-path", type=pathlib.Path, help="NVFP4 checkpoint (default: a tiny generated one)")
-    parser.add_argument("--wheels-dir", type=pathlib.Path, help="patched wheels (default <repo>/wheels)")
-    parser.add_argument("--index-url", help="index serving the patched wheels (added to PyPI)")
-    parser.add_argument("--tp", type=int, default=1, help="tensor parallel size (default 1)")
-    parser.add_argument(
-        "--concurrency", type=_concurrency, default=benchmark.CONCURRENCY,
-        help="bench_serving concurrency levels (default 1,10,256,1024)",
-    )
-    parser.add_argument("--input-len", type=int, default=1024, help="prompt tokens per request")
-    parser.add_argument("--output-len", type=int, default=256, help="generated tokens per request")
-    parser.add_argument("--prompts-per-level", type=int, default=2,
-                        help="num prompts = max(8, this x concurrency)")
-    parser.add_argument("--output", type=pathlib.Path, help="report dir (default <repo>/wheels/reports/integration)")
-    parser.add_argument("--work-dir", type=pathlib.Path, help="venv, checkpoint, logs (default the fp4graph cache)")
-    parser.add_argument("--python", default=sys.executable, help="interpreter the venv is made from")
-    parser.add_argument("--sglang-checkout", type=pathlib.Path,
-                        help="sglang clone at the pinned tag: also run its piecewise test file")
-    parser.add_argument("--server-timeout", type=float, default=1800, help="seconds to wait for health")
-    parser.add_argument("--skip-bench", action="store_true", help="only the on-vs-off generation check")
-    parser.add_argument("--server-arg", action="append", default=[], help="extra launch_server argument")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -130,7 +94,7 @@ def describe(args: argparse.Namespace, layout: Layout, install: plan.InstallPlan
                 )
                 lines.append(f"  bench c={level}: " + plan.render(cmd))
     if args.sglang_checkout:
-        lines.append(f"upstream test: {install.python} {args.sglang_checkout / upstream.TEST_FILE}")
+        lines.append(f"upstream test: {install.python} {args.sglang_checkout / sglang_suite.TEST_FILE}")
     lines.append(f"report: {layout.output / 'report.md'} and report.json")
     return lines
 
@@ -233,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
             f"on {m.on!r} vs off {m.off!r}"
         )
     if args.sglang_checkout:
-        cmd = upstream.test_command(install.python, args.sglang_checkout, version)
+        cmd = sglang_suite.test_command(install.python, args.sglang_checkout, version)
         try:
             _run_logged(cmd, logs / "upstream-test.log")
         except Fp4graphError as exc:

@@ -8,10 +8,8 @@ import pathlib
 import shlex
 from collections.abc import Sequence
 
-from .. import stacks
-from ..errors import ConfigError
-
-PYPI_SIMPLE = "https://pypi.org/simple/"
+from ..model import stacks
+from ..model.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import Fp4graphError
+from ..model.errors import Fp4graphError
 
 # Fixed prompts; greedy decoding of each must be the same with piecewise on and off.
 PROMPTS: tuple[str, ...] = (

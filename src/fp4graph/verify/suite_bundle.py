@@ -18,8 +18,8 @@ import tarfile
 from collections.abc import Sequence
 from typing import Any
 
-from ..log import log
-from ..stacks import Catalog
+from ..model.log import log
+from ..model.stacks import Catalog
 from .suite_source import SuiteError
 
 BUNDLE_FORMAT = 1

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..log import log
+from ..model.log import log
 from . import suite_report
 from .suite_bundle import VARIANTS, Bundle, Selected
 from .suite_source import SuiteError, matches

@@ -14,11 +14,11 @@ import subprocess
 import tarfile
 from collections.abc import Sequence
 
-from .. import config
-from ..errors import Fp4graphError
-from ..log import log
-from ..srcrepo import git_env
-from ..stacks import SourcePin
+from ..forward.sources import git_env
+from ..model import config
+from ..model.errors import Fp4graphError
+from ..model.log import log
+from ..model.stacks import SourcePin
 
 _REPO_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")
 

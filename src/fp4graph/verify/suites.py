@@ -43,12 +43,12 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
-from .. import config
-from ..fetch import fetch, sha256_of
-from ..files import write_atomic
-from ..log import log
-from ..series import load_series
-from ..stacks import Artifact, ArtifactFile, Catalog, load
+from ..model import config
+from ..model.files import write_atomic
+from ..model.log import log
+from ..model.series import load_series
+from ..model.stacks import Artifact, ArtifactFile, Catalog, load
+from ..wheels.fetch import fetch, sha256_of
 from . import suite_report
 from .suite_bundle import (
     BUNDLE_FORMAT,
@@ -67,7 +67,7 @@ from .suite_source import SuiteError, export, fetch_pin, matches, read_texts, tr
 __all__ = [
     "SELECTIONS", "Bundle", "RunOptions", "SeriesTests", "Selection", "SuiteError", "SuiteFile",
     "check_bundle_pin", "jit_difference", "open_bundle", "pack", "prepare", "requirements",
-    "run_bundle", "select",
+    "run", "run_bundle", "select",
 ]
 
 
@@ -283,7 +283,7 @@ def _wheel_pair(settings: config.Settings, artifact: Artifact) -> dict[str, path
     if series is None:
         pair["patched"] = pair["pristine"]
     else:
-        from ..build import patched_wheel  # the wheel builder is not needed to run a bundle
+        from ..wheels.build import patched_wheel  # the wheel builder is not needed to run a bundle
 
         pair["patched"] = patched_wheel(settings, artifact, pinned)
     return pair
@@ -412,38 +412,6 @@ def _requires_dist(wheel: pathlib.Path) -> list[str]:
 
 
 # --------------------------------------------------------------------------- command line
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "Run upstream's own tests, from the tag pinned in patches/stacks.toml, against the "
-        "patched wheel beside the pristine one; fail on a test that passes pristine and fails "
-        "patched."
-    )
-    parser.add_argument("stack", nargs="?", help="a stack of patches/stacks.toml (default sglang-0.5.9)")
-    parser.add_argument("--project", action="append", choices=sorted(SELECTIONS),
-                        help="only this project's selection (repeatable; default: every one in the stack)")
-    parser.add_argument("--repo", action="append", default=[], metavar="[PROJECT=]PATH",
-                        help="a local clone of upstream (with its tags) instead of GitHub")
-    parser.add_argument("--patched", type=pathlib.Path, help="the patched wheel (default: built by the engine)")
-    parser.add_argument("--bundle", action="append", type=pathlib.Path, default=[],
-                        help="run a prepared bundle (directory or .tar.xz) instead of preparing one")
-    parser.add_argument("--pack", type=pathlib.Path, metavar="DIR",
-                        help="prepare the bundles, write them as DIR/<project>-<version>.tar.xz, run nothing")
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("wheels/reports/suites"),
-                        help="where report.md / report.json go (default wheels/reports/suites)")
-    parser.add_argument("--work", type=pathlib.Path, help="working directory (default: a temporary one)")
-    parser.add_argument("--file", action="append", default=[], help="only files matching (fnmatch)")
-    parser.add_argument("--area", action="append", default=[], help="only files whose area contains this")
-    parser.add_argument("--budget", type=float, help="seconds per file and install (overrides the table)")
-    parser.add_argument("--budget-scale", type=float, default=1.0, help="multiply the table's budgets")
-    parser.add_argument("--deadline", type=float, help="seconds for the whole command")
-    parser.add_argument("--jit-cache", choices=("auto", "shared", "separate"), default="auto",
-                        help="one JIT cache for both installs when they differ in Python files only (auto)")
-    parser.add_argument("--pytest-arg", action="append", default=[], help="extra pytest argument")
-    parser.add_argument("--requirements", type=pathlib.Path, metavar="FILE",
-                        help="write the test interpreter's requirements to FILE and exit")
-    parser.add_argument("--torch", help="torch version for --requirements (default: the stack's pin)")
 
 
 def _repos(values: Sequence[str], projects: Sequence[str]) -> dict[str, pathlib.Path]:
