@@ -184,7 +184,6 @@ SELECTION = suites.Selection(
     ),
     series_tests=suites.SeriesTests(
         roots=("test/unit",), marker="register_cpu_ci(", area="series modules", budget_s=120,
-        source_prefix="",
     ),
     export=("pytest.ini", "tests/helpers.py"),
     jit_env="DEMO_JIT",
@@ -303,7 +302,7 @@ class Run:
 
 def _run(tmp: pathlib.Path, new_ops: str, subject: str) -> Run:
     world = make_world(tmp, new_ops, subject)
-    bundle = suites.prepare(world.settings, STACK, PROJECT, tmp / "bundle", repo=world.upstream,
+    bundle = suites.prepare_bundle(world.settings, STACK, PROJECT, tmp / "bundle", repo=world.upstream,
                             selection=SELECTION)
     report = suites.run_bundle(bundle, tmp / "run", suites.RunOptions(grace_s=5.0))
     return Run(world, bundle, tmp / "run", report)

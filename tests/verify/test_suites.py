@@ -1,4 +1,4 @@
-"""The upstream-suite runner (fp4graph.verify.suites) on a tiny upstream world (conftest.py).
+"""The upstream-suite gate (fp4graph.verify.suites) on a tiny upstream world (conftest.py).
 
 Each test builds real wheels with the engine, installs them with pip and runs upstream-style
 pytest files in child processes, patched beside pristine.
@@ -15,9 +15,11 @@ import zipfile
 import pytest
 
 from fp4graph import cli
-from fp4graph.model import config, stacks
-from fp4graph.model.errors import ConfigError
-from fp4graph.verify import suite_report, suite_source, suites
+from fp4graph.model import config, projects, stacks
+from fp4graph.model.errors import ConfigError, SuiteError
+from fp4graph.verify import suites
+from fp4graph.verify.suites import report as suite_report
+from fp4graph.verify.suites import source as suite_source
 
 from .conftest import PROJECT, SELECTION, STACK, Run, World
 
@@ -26,7 +28,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def prepare(world: World, dest: pathlib.Path, **kwargs: object) -> suites.Bundle:
     kwargs.setdefault("repo", world.upstream)
-    return suites.prepare(world.settings, STACK, PROJECT, dest, selection=SELECTION, **kwargs)  # type: ignore[arg-type]
+    return suites.prepare_bundle(world.settings, STACK, PROJECT, dest, selection=SELECTION, **kwargs)  # type: ignore[arg-type]
 
 
 def by_path(report: dict[str, object]) -> dict[str, dict[str, object]]:
@@ -96,7 +98,7 @@ def test_time_budget_cuts_a_file_without_failing_it(good_world: World, tmp_path:
         SELECTION, files=(suites.SuiteFile(pattern="tests/test_slow.py", area="slow", budget_s=1),),
         series_tests=None,
     )
-    bundle = suites.prepare(good_world.settings, STACK, PROJECT, tmp_path / "b",
+    bundle = suites.prepare_bundle(good_world.settings, STACK, PROJECT, tmp_path / "b",
                             repo=good_world.upstream, selection=selection)
     report = suites.run_bundle(bundle, tmp_path / "run", suites.RunOptions(budget_s=1.5, grace_s=30))
     row = by_path(report)["tests/test_slow.py"]
@@ -114,7 +116,7 @@ def test_a_hanging_test_is_killed_and_reported_as_such(good_world: World, tmp_pa
         SELECTION, files=(suites.SuiteFile(pattern="tests/test_hang.py", area="hang", budget_s=1),),
         series_tests=None,
     )
-    bundle = suites.prepare(good_world.settings, STACK, PROJECT, tmp_path / "b",
+    bundle = suites.prepare_bundle(good_world.settings, STACK, PROJECT, tmp_path / "b",
                             repo=good_world.upstream, selection=selection)
     report = suites.run_bundle(bundle, tmp_path / "run", suites.RunOptions(grace_s=2.0))
     row = by_path(report)["tests/test_hang.py"]
@@ -130,7 +132,7 @@ def test_a_hanging_test_is_killed_and_reported_as_such(good_world: World, tmp_pa
 def test_wrong_commit_is_refused_naming_stack_and_pin(bad_world: World, tmp_path: pathlib.Path) -> None:
     later = bad_world.commits["later"]
     bad_world.pin(later)  # stacks.toml now pins a commit the tag does not name
-    with pytest.raises(suites.SuiteError) as info:
+    with pytest.raises(SuiteError) as info:
         prepare(bad_world, tmp_path / "bundle")
     message = str(info.value)
     assert message.startswith(f"stack {STACK}: {PROJECT} 1.0: ")
@@ -142,7 +144,7 @@ def test_wrong_commit_is_refused_naming_stack_and_pin(bad_world: World, tmp_path
 def test_clone_without_the_tag_or_commit_is_refused(bad_world: World, tmp_path: pathlib.Path) -> None:
     bad_world.pin("0" * 40)
     subprocess_git(bad_world.upstream, "tag", "-d", "v1.0")
-    with pytest.raises(suites.SuiteError, match=f"has neither tag v1.0 nor the pinned commit {'0' * 40}"):
+    with pytest.raises(SuiteError, match=f"has neither tag v1.0 nor the pinned commit {'0' * 40}"):
         prepare(bad_world, tmp_path / "bundle")
 
 
@@ -160,7 +162,7 @@ def test_default_path_fetches_the_tag_from_the_remote(good_world: World, tmp_pat
 
 
 def test_unreachable_remote_says_to_pass_repo(good_world: World, tmp_path: pathlib.Path) -> None:
-    with pytest.raises(suites.SuiteError, match=r"pass --repo PATH \(a clone of example/demo-kernels"):
+    with pytest.raises(SuiteError, match=r"pass --repo PATH \(a clone of example/demo-kernels"):
         prepare(good_world, tmp_path / "bundle", repo=None, url=(tmp_path / "nowhere").as_uri())
 
 
@@ -183,7 +185,7 @@ def test_packed_bundle_runs_elsewhere_and_refuses_a_moved_pin(bad_run: Run, tmp_
         source=stacks.SourcePin(repo="example/demo-kernels", tag="v1.0", commit=bad_run.world.commits["later"]),
     )
     catalog = dataclasses.replace(catalog, artifacts={f"{PROJECT}==1.0": moved})
-    with pytest.raises(suites.SuiteError, match=f"stack {STACK}: {PROJECT} 1.0: bundle .* from commit "
+    with pytest.raises(SuiteError, match=f"stack {STACK}: {PROJECT} 1.0: bundle .* from commit "
                        f"{bad_run.world.commits['tag']}, but patches/stacks.toml pins {bad_run.world.commits['later']}"):
         suites.check_bundle_pin(opened, catalog)
 
@@ -217,6 +219,15 @@ def test_cli_writes_reports_and_fails_on_regression(
     assert "suites: FAILED" in capsys.readouterr().out
 
 
+def test_plan_leaves_out_gpu_projects_without_a_gpu(
+    bad_world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(suites.SELECTIONS, PROJECT, dataclasses.replace(SELECTION, needs_cuda=True))
+    here = suites.plan(bad_world.settings, STACK, cuda=False)
+    assert here.projects == () and here.skipped == (f"{PROJECT}: its tests need a CUDA GPU and torch sees none",)
+    assert suites.plan(bad_world.settings, STACK, cuda=None).projects == (PROJECT,)  # --pack, --requirements
+
+
 def test_outcomes_name_the_test_a_crash_interrupted() -> None:
     events = [{"event": "begin", "nodeid": "t::a"}, {"event": "test", "nodeid": "t::a", "outcome": "passed"},
               {"event": "begin", "nodeid": "t::b"}]
@@ -247,6 +258,12 @@ def test_flashinfer_pins_match_the_commit_each_wheel_records(version: str) -> No
     with zipfile.ZipFile(fetch(settings, artifact.project, artifact.file())) as zf:
         meta = zf.read("flashinfer/_build_meta.py").decode()
     assert f'"{artifact.source.commit}"' in meta, meta
+
+
+def test_source_pins_name_the_projects_github_repository() -> None:
+    for artifact in stacks.load(REPO / "patches" / "stacks.toml").artifacts.values():
+        if artifact.source is not None:
+            assert artifact.source.repo == projects.get(artifact.project).github, artifact.key
 
 
 @pytest.mark.parametrize(

@@ -16,10 +16,11 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..model.log import log
-from . import suite_report
-from .suite_bundle import VARIANTS, Bundle, Selected
-from .suite_source import SuiteError, matches
+from ...model.errors import SuiteError
+from ...model.log import log
+from . import report
+from .bundle import VARIANTS, Bundle
+from .selection import Selected, matches
 
 PLUGIN = "fp4graph_suite_plugin"
 
@@ -40,7 +41,7 @@ class RunOptions:
 def _plugin_dir(work: pathlib.Path) -> pathlib.Path:
     d = work / "plugin"
     d.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(pathlib.Path(__file__).with_name("suite_plugin.py"), d / f"{PLUGIN}.py")
+    shutil.copyfile(pathlib.Path(__file__).with_name("plugin.py"), d / f"{PLUGIN}.py")
     return d
 
 
@@ -201,7 +202,7 @@ def run_bundle(bundle: Bundle, work: pathlib.Path, options: RunOptions) -> dict[
                     results=work / variant / f"{slug}.jsonl", log_path=work / variant / f"{slug}.log",
                     env_extra=env_extra, pytest_args=(*m.get("pytest_args", ()), *options.pytest_args),
                 )
-    return suite_report.build(
+    return report.build(
         manifest=m, device=device, runs=runs, skipped=skipped, jit_shared=shared,
         selected=[f.to_json() for f in _chosen(bundle, options)],
     )

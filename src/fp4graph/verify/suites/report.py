@@ -1,6 +1,6 @@
 """Compare one upstream suite run against two installs, test by test, and render the report.
 
-Input: the events :mod:`.suite_plugin` wrote for each file and install.  A test *regresses*
+Input: the events :mod:`.plugin` wrote for each file and install.  A test *regresses*
 when it passes pristine and fails (or errors, or crashes its process) patched; a file that
 collects pristine and fails to collect patched regresses as a whole.  Tests a time budget or a
 kill left unrun are not compared: a file that runs out of time is reported as such, never as a

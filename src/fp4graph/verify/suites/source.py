@@ -6,7 +6,6 @@ never from a working tree, so a checkout elsewhere or with local edits cannot le
 
 from __future__ import annotations
 
-import fnmatch
 import io
 import os
 import pathlib
@@ -14,17 +13,13 @@ import subprocess
 import tarfile
 from collections.abc import Sequence
 
-from ..forward.sources import git_env
-from ..model import config
-from ..model.errors import Fp4graphError
-from ..model.log import log
-from ..model.stacks import SourcePin
+from ...forward.sources import git_env
+from ...model import config
+from ...model.errors import SuiteError
+from ...model.log import log
+from ...model.stacks import SourcePin
 
 _REPO_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")
-
-
-class SuiteError(Fp4graphError):
-    """Upstream's tests could not be fetched, verified, installed or run."""
 
 
 def git(
@@ -129,6 +124,3 @@ def export(repo: pathlib.Path, commit: str, paths: Sequence[str], dest: pathlib.
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(dest, filter="data")
 
-
-def matches(path: str, pattern: str) -> bool:
-    return fnmatch.fnmatchcase(path, pattern)

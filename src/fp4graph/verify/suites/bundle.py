@@ -1,4 +1,4 @@
-"""A suite bundle: upstream's test files at the pinned commit and the two installs.
+"""A bundle: upstream's test files at the pinned commit and the two installs.
 
 ``upstream/`` holds the files, ``site-patched/`` and ``site-pristine/`` what ``pip install
 --no-deps --target`` made of each variant's wheels, and ``bundle.json`` where all of it came
@@ -18,27 +18,15 @@ import tarfile
 from collections.abc import Sequence
 from typing import Any
 
-from ..model.log import log
-from ..model.stacks import Catalog
-from .suite_source import SuiteError
+from ...model.errors import SuiteError
+from ...model.log import log
+from ...model.stacks import Catalog
 
 BUNDLE_FORMAT = 1
 # Installed files get this mtime (2000-01-01), so that two installs at one path look alike to
 # ninja and a JIT cache can be shared between them (see ``jit_difference``).
 FIXED_MTIME = 946684800
 VARIANTS = ("patched", "pristine")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Selected:
-    path: str
-    area: str
-    budget_s: int
-    args: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "args": list(self.args)}
-
 
 
 def install(python: str, wheels: Sequence[pathlib.Path], dest: pathlib.Path) -> None:
