@@ -68,7 +68,7 @@ def lint(session: nox.Session) -> None:
     session.install(TORCH)
     session.install(
         "-e", ".", "ruff==0.17.6", "mypy==2.4.1", "import-linter==2.16", "types-PyYAML",
-        "safetensors", "tokenizers",
+        "safetensors", "tokenizers", "pytest",
     )
     session.run("python", "-m", "fp4graph", "lint")
     session.run("ruff", "check", "src", "tests", "noxfile.py")
@@ -119,6 +119,23 @@ def gpu(session: nox.Session) -> None:
     stack = _stack(session)
     _install_patched(session, stack, project="flashinfer-python")
     session.run("pytest", "-m", "gpu", *(session.posargs or ["tests/gpu"]))
+
+
+@nox.session(default=False)
+def suites(session: nox.Session) -> None:
+    """Upstream's own tests from the pinned tag, patched wheel beside pristine (FlashInfer on a GPU;
+    sglang's CPU unit tests). Usage: nox -s suites -- [STACK] [--repo PATH] [--project P] ..."""
+    session.install("-e", ".")
+    args = list(session.posargs)
+    if not args or args[0].startswith("-"):
+        args.insert(0, _stack(session))
+    session.run("git", "rev-parse", "HEAD", external=True, success_codes=[0, 128])
+    if "--bundle" not in args:
+        requirements = pathlib.Path(session.create_tmp()) / "suites-requirements.txt"
+        session.run("python", "-m", "fp4graph", "suites", *args, "--requirements", str(requirements))
+        session.install("-r", str(requirements))
+    session.run("python", "-m", "pip", "list", "--format=freeze")
+    session.run("python", "-m", "fp4graph", "suites", *args)
 
 
 @nox.session(default=False)
