@@ -311,14 +311,10 @@ def trace_all(
 
 
 def _direct_op(entry: str, call: Callable[..., Any], args: tuple) -> Any:
-    """Call the public function with is_compiling() forced on: it dispatches to the op,
-    whose fake runs under the active FakeTensorMode."""
-    real = torch.compiler.is_compiling
-    torch.compiler.is_compiling = lambda: True
-    try:
+    """Call the public function as non-strict torch.export does (_compiling_flag): it
+    forwards to its traced twin, whose op's fake runs under the active FakeTensorMode."""
+    with _compiling_flag():
         return call(*args)
-    finally:
-        torch.compiler.is_compiling = real
 
 
 CAPABILITY: tuple[int, int] = (12, 0)
@@ -574,12 +570,18 @@ def _allclose_float8() -> None:
 
 
 class _compiling_flag:
+    """The state non-strict torch.export traces in (torch._export.utils.
+    _compiling_state_context): torch.compiler.is_compiling() and is_exporting() are
+    True while the Python runs as written.  The series' public functions then forward
+    to the traced twin that torch.compile substitutes for them (utils.trace_as)."""
+
     def __enter__(self) -> None:
-        self.real = torch.compiler.is_compiling
-        torch.compiler.is_compiling = lambda: True
+        self.old = (torch.compiler._is_compiling_flag, torch.compiler._is_exporting_flag)
+        torch.compiler._is_compiling_flag = True
+        torch.compiler._is_exporting_flag = True
 
     def __exit__(self, *exc: Any) -> None:
-        torch.compiler.is_compiling = self.real
+        torch.compiler._is_compiling_flag, torch.compiler._is_exporting_flag = self.old
 
 
 def _cpu_like(t: Any) -> Any:
