@@ -64,12 +64,14 @@ def _install_test_env(session: nox.Session, torch: str = TORCH) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Check patches/ (series membership, DEP-3 headers) and our own code."""
+    """Check patches/ (series membership, DEP-3 headers) and our own code (src, tests,
+    benchmarks: ruff; src and benchmarks: mypy)."""
     session.install(TORCH)
     session.install("-e", ".", "ruff==0.17.6", "mypy==2.4.1", "types-PyYAML", "safetensors", "tokenizers")
     session.run("python", "-m", "fp4graph", "lint")
-    session.run("ruff", "check", "src", "tests", "noxfile.py")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
     session.run("mypy")
+    session.run("mypy", "--config-file", "benchmarks/mypy.ini")
 
 
 @nox.session
