@@ -12,6 +12,7 @@ tensors (``FakeTensorMode``); the device is simulated by :mod:`fp4graph.simulate
 from __future__ import annotations
 
 import json
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -307,6 +308,43 @@ def trace_all(
                     )
                     # What the fake promises: the op called directly under the fake mode.
                     rec["fake_meta"] = meta(_direct_op(entry, call, args))
+    return results
+
+
+def export_all(version: str, only: list[str] | None) -> dict[str, Any]:
+    """torch.export.export of every case, strict (Dynamo) and non-strict (the Python runs
+    as written): ok, and the flashinfer ops in the exported graph."""
+    results: dict[str, Any] = {}
+
+    class Call(torch.nn.Module):
+        def __init__(self, call: Callable[..., Any]) -> None:
+            super().__init__()
+            self.call = call
+
+        def forward(self, *args: Any) -> Any:
+            return self.call(*args)
+
+    for name, entry, build, call in cases(version, CAPABILITY):
+        if only and name not in only:
+            continue
+        for strict in (True, False):
+            rec: dict[str, Any] = {"entry": entry}
+            results[f"{name}|strict={strict}"] = rec
+            torch._dynamo.reset()
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                args = build()
+                try:
+                    with simulate.compiling():
+                        program = torch.export.export(Call(call), args, strict=strict)
+                except Exception as e:
+                    rec["ok"] = False
+                    rec["error"] = f"{type(e).__module__}.{type(e).__name__}: " + (
+                        str(e).splitlines() or [""]
+                    )[0][:300]
+                    continue
+            code = program.graph_module.code
+            rec["ok"] = True
+            rec["ops"] = sorted(set(re.findall(r"torch\.ops\.flashinfer\.(\w+)", code)))
     return results
 
 
@@ -771,6 +809,8 @@ def main(request_json: str) -> None:
             res["cases"] = trace_all(
                 req["version"], req["patched"], req["dynamic"], req.get("only")
             )
+        if req["mode"] == "export":
+            res["cases"] = export_all(req["version"], req.get("only"))
         if req["mode"] == "eager":
             stub_jit(req["tmp"])
             res["cases"] = eager_all(req["version"], req.get("only"))
