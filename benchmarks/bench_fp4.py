@@ -1,4 +1,4 @@
-"""fp4graph benchmarks: eager overhead, peers' designs, CUDA-graph speed-up, warm-up cost.
+r"""fp4graph benchmarks: eager overhead, peers' designs, CUDA-graph speed-up, warm-up cost.
 
     python benchmarks/bench_fp4.py --pristine flashinfer_python-0.6.3-py3-none-any.whl \
         --out benchmarks/results
