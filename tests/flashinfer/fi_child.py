@@ -636,7 +636,7 @@ def _fake_cuda_like(t: Any) -> Any:
 def _quoted_module(msg: str) -> str | None:
     import re
 
-    m = re.search(r"FlashInfer JIT module '([^']+)'", msg)
+    m = re.search(r"FlashInfer JIT (?:module|build step) '([^']+)'", msg)
     return m.group(1) if m else None
 
 
@@ -708,7 +708,7 @@ def jit_error_check() -> dict[str, Any]:
                 msg = f"{type(e).__module__}.{type(e).__name__}: {e}"
         out[f"traced-nvcc={nvcc_override}"] = {
             "error": msg.splitlines()[0][:200],
-            "names_warmup": "flashinfer.fp4_warmup(device)" in msg,
+            "message": _jit_message(msg),
             "module": _quoted_module(msg),
         }
     with _compiling_flag():
@@ -716,8 +716,48 @@ def jit_error_check() -> dict[str, Any]:
             get_fp4_quantization_module.__wrapped__(arch)
             out["flag"] = "no error"
         except Exception as e:
-            out["flag"] = f"{type(e).__module__}.{type(e).__name__}: {e}"[:600]
+            out["flag"] = f"{type(e).__module__}.{type(e).__name__}: {e}"[:1200]
             out["flag_module"] = _quoted_module(str(e))
+    return out
+
+
+def _jit_message(msg: str) -> str:
+    """The JIT guard's own message inside what Dynamo raised around it."""
+    start = msg.find("FlashInfer JIT")
+    return msg[start : start + 1200] if start >= 0 else msg[:1200]
+
+
+def _clear_module_getters() -> None:
+    """Forget every cached JIT module getter, as in a fresh process."""
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("flashinfer") or mod is None:
+            continue
+        for attr in list(vars(mod).values()):
+            # get_*_module and their private _get_*_module_impl (0.7.x).
+            name_ = getattr(attr, "__name__", "")
+            if callable(getattr(attr, "cache_clear", None)) and "get_" in name_ and "module" in name_:
+                attr.cache_clear()
+
+
+def select_check(built: list[str]) -> dict[str, Any]:
+    """fp4_warmup(modules=[kind]) for each kind, from cold getters: what it builds,
+    and the kind the JIT guard names for each module built."""
+    import flashinfer
+    from flashinfer.jit.utils import fp4_warmup_kind
+
+    warmup_module = sys.modules[flashinfer.fp4_warmup.__module__]
+    out: dict[str, Any] = {}
+    for kind in warmup_module.FP4_MODULE_KINDS:
+        _clear_module_getters()
+        del built[:]
+        try:
+            names = flashinfer.fp4_warmup(torch.device("cuda", 0), modules=[kind])
+        except Exception as e:
+            out[kind] = {"error": f"{type(e).__name__}: {e}"}
+            continue
+        out[kind] = {"names": names, "built": list(built), "kinds": [fp4_warmup_kind(n) for n in built]}
+    _clear_module_getters()
+    del built[:]
     return out
 
 
@@ -777,6 +817,7 @@ def main(request_json: str) -> None:
             res["cases"] = opcheck_all(req["version"], req.get("only"))
         if req["mode"] == "warmup":
             built = stub_jit(req["tmp"])
+            res["select"] = select_check(built)
             names = flashinfer.fp4_warmup(torch.device("cuda", 0))
             again = flashinfer.fp4_warmup()
             res["warmup"] = {"names": names, "built": list(built), "again": again}
