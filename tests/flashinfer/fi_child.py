@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -340,6 +341,65 @@ def _plain_scratch_buffer(
 ) -> torch.Tensor:
     alloc = torch.zeros if zero_init else torch.empty
     return alloc(num_bytes, dtype=torch.uint8, device=device)
+
+
+class _CudnnObject:
+    """Whatever cuDNN's graph API returns: graphs, tensors, handles, enum values.
+
+    Every call and attribute gives another one; a graph needs no workspace and has
+    one execution plan; executing it does nothing (FlashInfer's kernels fill no
+    outputs on CPU either)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _CudnnObject()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _CudnnObject()
+
+    def __enter__(self) -> tuple[Any, Any]:
+        return _CudnnObject(), None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def get_workspace_size(self) -> int:
+        return 0
+
+    def get_execution_plan_count(self) -> int:
+        return 1
+
+
+class _CudnnFrontend(types.ModuleType):
+    """cuDNN's Python frontend (nvidia-cudnn-frontend, a compiled module that needs
+    libcudnn and a GPU), as FlashInfer's cuDNN fp4 GEMM path uses it."""
+
+    __version__ = "1.16.0"
+
+    def __init__(self) -> None:
+        super().__init__("cudnn")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _CudnnObject()
+
+    @staticmethod
+    def backend_version() -> int:
+        return 91600
+
+    @staticmethod
+    def graph(*args: Any, **kwargs: Any) -> _CudnnObject:
+        return _CudnnObject()
+
+
+def stub_cudnn() -> None:
+    """Make FlashInfer's GEMMs find cuDNN (the :class:`_CudnnFrontend` stand-in)."""
+    from flashinfer.gemm import gemm_base
+
+    gemm_base.cudnn = _CudnnFrontend()
+    gemm_base.CUDNN_AVAILABLE = True
 
 
 def stub_jit(tmp: str, module: Callable[[], Any] = _StubModule) -> list[str]:
