@@ -13,6 +13,9 @@ from typing import Any
 
 # ModelOpt NVFP4 as `config.json` declares it (hf_quant_config.json's content, flat).
 NVFP4 = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "ignore": ["lm_head"]}
+# MLA models: NVFP4 checkpoints keep attention in BF16 (sglang's MLA absorbs
+# kv_b_proj into bf16 w_kc / w_vc and has no NVFP4 path for it).
+NVFP4_MOE_ONLY_ATTENTION_BF16 = {**NVFP4, "ignore": ["lm_head", "model.layers.*.self_attn*"]}
 
 _COMMON = {
     "hidden_size": 256,
@@ -33,17 +36,19 @@ _COMMON = {
 
 
 def _config(architecture: str, model_type: str, **fields: Any) -> dict[str, Any]:
-    return {"architectures": [architecture], "model_type": model_type, **copy.deepcopy(_COMMON), **fields}
+    return copy.deepcopy({"architectures": [architecture], "model_type": model_type, **_COMMON, **fields})
 
 
+# DeepSeek-V3's routing (256 experts in 8 groups, top 4 groups, top 8 experts, one
+# shared expert: sglang fuses it into the routed experts only for exactly this).
 _DEEPSEEK_V3 = dict(
     intermediate_size=512,
-    moe_intermediate_size=256,
-    n_routed_experts=8,
+    moe_intermediate_size=128,
+    n_routed_experts=256,
     n_shared_experts=1,
-    num_experts_per_tok=2,
-    n_group=2,
-    topk_group=1,
+    num_experts_per_tok=8,
+    n_group=8,
+    topk_group=4,
     topk_method="noaux_tc",
     scoring_func="sigmoid",
     norm_topk_prob=True,
@@ -57,6 +62,7 @@ _DEEPSEEK_V3 = dict(
     v_head_dim=64,
     num_key_value_heads=4,
     rope_scaling=None,
+    quantization_config=NVFP4_MOE_ONLY_ATTENTION_BF16,
 )
 
 ROWS: dict[str, dict[str, Any]] = {

@@ -319,45 +319,63 @@ class _Pool:
         self.__dict__.update(attrs)
 
 
+class _KVPool(_Pool):
+    """``token_to_kv_pool``: per-layer K/V (or MLA latent) buffers, preallocated
+    like sglang's pools, returned by the same accessors."""
+
+    def get_key_buffer(self, layer_id: int) -> Any:
+        return self.k_buffer[layer_id - self.start_layer]
+
+    def get_value_buffer(self, layer_id: int) -> Any:
+        return self.v_buffer[layer_id - self.start_layer]
+
+    def get_kv_buffer(self, layer_id: int) -> tuple[Any, Any]:
+        return self.get_key_buffer(layer_id), self.get_value_buffer(layer_id)
+
+    def set_kv_buffer(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def set_mla_kv_buffer(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def set_swa_loc(self, loc: Any) -> None:
+        pass
+
+    def get_kv_size_bytes(self) -> tuple[int, int]:
+        return (0, 0)
+
+
 def memory_pools(server_args: Any, model_config: Any, dtype: Any) -> tuple[Any, Any, Any]:
     import torch
 
-    size = 64
+    size, tokens, context = 64, 256, 4096
+    layers = model_config.num_hidden_layers
+    if getattr(model_config, "kv_lora_rank", None):
+        k_shape = v_shape = (tokens + 1, 1, model_config.kv_lora_rank + model_config.qk_rope_head_dim)
+    else:
+        heads = model_config.get_num_kv_heads(1)
+        k_shape = (tokens + 1, heads, model_config.head_dim)
+        v_shape = (tokens + 1, heads, getattr(model_config, "v_head_dim", model_config.head_dim))
     with fake_mode():
         req_to_token = _Pool(
             size=size,
-            max_context_len=4096,
+            max_context_len=context,
             device="cuda",
-            req_to_token=torch.zeros(size, 4096, dtype=torch.int32, device="cuda"),
+            req_to_token=torch.zeros(size, context, dtype=torch.int32, device="cuda"),
         )
-    layers = model_config.num_hidden_layers
-    if getattr(model_config, "kv_lora_rank", None):
-        kv_shape = (size * 4, 1, model_config.kv_lora_rank + model_config.qk_rope_head_dim)
-    else:
-        kv_shape = (size * 4, model_config.get_num_kv_heads(1), model_config.head_dim)
-
-    def buffer(layer_id: int) -> Any:
-        with fake_mode():
-            return torch.empty(kv_shape, dtype=dtype, device="cuda")
-
-    kv = _Pool(
-        size=size * 4,
-        page_size=1,
-        dtype=dtype,
-        store_dtype=dtype,
-        device="cuda",
-        layer_num=layers,
-        start_layer=0,
-        end_layer=layers,
-        get_key_buffer=buffer,
-        get_value_buffer=buffer,
-        get_kv_buffer=lambda layer_id: (buffer(layer_id), buffer(layer_id)),
-        set_kv_buffer=lambda *args, **kwargs: None,
-        set_mla_kv_buffer=lambda *args, **kwargs: None,
-        set_swa_loc=lambda loc: None,
-        get_kv_size_bytes=lambda: (0, 0),
-    )
-    allocator = _Pool(size=size * 4, page_size=1, device="cuda", get_kvcache=lambda: kv)
+        kv = _KVPool(
+            size=tokens,
+            page_size=1,
+            dtype=dtype,
+            store_dtype=dtype,
+            device="cuda",
+            layer_num=layers,
+            start_layer=0,
+            end_layer=layers,
+            k_buffer=[torch.empty(k_shape, dtype=dtype, device="cuda") for _ in range(layers)],
+            v_buffer=[torch.empty(v_shape, dtype=dtype, device="cuda") for _ in range(layers)],
+        )
+    allocator = _Pool(size=tokens, page_size=1, device="cuda", get_kvcache=lambda: kv)
     return req_to_token, kv, allocator
 
 
@@ -459,8 +477,20 @@ def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
         forward_pass_id=0,
         eagle_use_aux_hidden_state=False,
         model_is_mrope=False,
+        # 0.5.10+
+        enable_hisparse=getattr(server_args, "enable_hisparse", False),
+        hisparse_coordinator=None,
+        token_table=None,
+        # 0.5.11
+        device_timer=None,
+        enable_elastic_ep=False,
+        msprobe_debugger=None,
     )
     runner.__dict__.update(attrs)
+    # State ModelRunner.initialize() derives on the way (release methods).
+    if hasattr(runner, "maybe_init_ngram_embedding"):
+        with fake_mode():
+            runner.maybe_init_ngram_embedding()
     return runner
 
 
@@ -553,6 +583,7 @@ def capture(built: Built) -> dict[str, Any]:
         "moe_runner_backend": built.moe_runner_backend,
         "attention_backend": built.server_args.attention_backend,
         "quant_methods": sorted(set(built.quant_methods.values())),
+        "num_fused_shared_experts": getattr(built.model, "num_fused_shared_experts", None),
         "ok": True,
         "stage": None,
     }
