@@ -1,9 +1,12 @@
 """The model families of the whole-model simulation: one data row each.
 
-A row is the architecture sglang resolves, a tiny Hugging Face ``config.json`` (the
-real model's shape, scaled down; ModelOpt NVFP4 quantization as NVIDIA's NVFP4
-checkpoints declare it) and the server arguments that select the variant (e.g.
-``disable_shared_experts_fusion``).  Add a family by adding a row.
+A row is the architecture sglang resolves, its ``kind`` ("dense" or "moe": MoE rows
+also run with ``--moe-runner-backend flashinfer_cutlass``), a tiny Hugging Face
+``config.json`` (the real model's shape, scaled down; ModelOpt NVFP4 quantization as
+NVIDIA's NVFP4 checkpoints declare it), the server arguments that select the
+variant (e.g. ``disable_shared_experts_fusion``) and ``expect``: attributes the
+built model must have (proof the variant is the one meant).  Add a family by
+adding a row.
 """
 
 from __future__ import annotations
@@ -92,16 +95,21 @@ ROWS: dict[str, dict[str, Any]] = {
             mlp_only_layers=[],
         ),
     },
+    # The shared expert fused into the routed experts (sglang's default for this
+    # routing): routing through sgl_kernel's moe_fused_gate.
     "deepseek-v3": {
         "architecture": "DeepseekV3ForCausalLM",
         "kind": "moe",
         "config": _config("DeepseekV3ForCausalLM", "deepseek_v3", **_DEEPSEEK_V3),
+        "expect": {"num_fused_shared_experts": 1},
     },
+    # --disable-shared-experts-fusion: routing through flashinfer's fused_topk_deepseek.
     "deepseek-v3-no-fusion": {
         "architecture": "DeepseekV3ForCausalLM",
         "kind": "moe",
         "config": _config("DeepseekV3ForCausalLM", "deepseek_v3", **_DEEPSEEK_V3),
         "server_args": {"disable_shared_experts_fusion": True},
+        "expect": {"num_fused_shared_experts": 0},
     },
     "glm4-moe": {
         "architecture": "Glm4MoeForCausalLM",
@@ -124,6 +132,7 @@ ROWS: dict[str, dict[str, Any]] = {
             use_qk_norm=True,
             attention_bias=True,
         ),
+        "expect": {"num_fused_shared_experts": 1},
     },
 }
 

@@ -2,9 +2,9 @@
 
 ``run(stack, patched=..., cases=[...])`` starts one interpreter with the stack's
 sglang, flashinfer and sgl_kernel (Python only) trees first on the path, prepares
-it once (:func:`harness.prepare`) and runs every case in a fork of it; returns one
-report per case (see :func:`harness.capture`).  ``run_code`` runs your own code
-after ``harness.prepare()`` instead (``harness.build(case)`` is there to use).
+it once (:func:`modelsim.prepare`) and runs every case in a fork of it; returns one
+report per case (see :func:`modelsim.capture`).  ``run_code`` runs your own code
+after ``modelsim.prepare()`` instead (``modelsim.build(case)`` is there to use).
 
 Stacks are read from patches/stacks.toml: every stack with an sglang artifact is a
 target, so a stack added there is simulated without touching this file.
@@ -93,7 +93,7 @@ def run(
 ) -> list[dict[str, Any]]:
     path, record = trees(wheel_tree, target, patched=patched)
     request = {"record": str(record), "cases": list(cases)}
-    code = f"import harness\nharness.main({json.dumps(request)!r})\n"
+    code = f"import modelsim\nmodelsim.main({json.dumps(request)!r})\n"
     result = run_python(code, path=path, timeout=timeout)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("MODELS ")]
     assert result.returncode == 0 and lines, tail(result, 6000)
@@ -101,10 +101,32 @@ def run(
     return reports
 
 
-def run_code(wheel_tree: TreeGetter, target: SglangStack, *, patched: bool, body: str, timeout: float = 1800) -> dict[str, Any]:
-    """``body`` after ``harness.prepare()``; it reports with ``stand_ins.report("RESULT", data)``."""
+def run_code(
+    wheel_tree: TreeGetter,
+    target: SglangStack,
+    *,
+    patched: bool,
+    body: str,
+    cases: Sequence[dict[str, Any]] = (),
+    timeout: float = 1800,
+) -> dict[str, Any]:
+    """``body`` after ``modelsim.prepare()``, with ``CASES`` (the ``cases`` given) in
+    scope; it reports with ``stand_ins.report("RESULT", data)``.  For example::
+
+        body = '''
+        built = modelsim.build(CASES[0])
+        stand_ins.report("RESULT", {"moe": built.moe_runner_backend,
+                                    "methods": sorted(set(built.quant_methods.values()))})
+        '''
+        run_code(wheel_tree, stack("sglang-0.5.9"), patched=True, body=body,
+                 cases=[case("qwen3-moe", moe_runner_backend="flashinfer_cutlass")])
+    """
     path, record = trees(wheel_tree, target, patched=patched)
-    code = f"import harness, stand_ins\nharness.prepare({str(record)!r})\n" + textwrap.dedent(body)
+    code = (
+        "import json, modelsim, stand_ins\n"
+        f"modelsim.prepare({str(record)!r})\n"
+        f"CASES = json.loads({json.dumps(list(cases))!r})\n"
+    ) + textwrap.dedent(body)
     result = run_python(code, path=path, timeout=timeout)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT ")]
     assert result.returncode == 0 and lines, tail(result, 6000)

@@ -1,6 +1,6 @@
 """What cannot exist on a CPU, for the whole-model simulation (child side).
 
-Each function installs one stand-in, process-wide; :mod:`harness` lists them all.
+Each function installs one stand-in, process-wide; :mod:`modelsim` lists them all.
 Nothing here replaces sglang's model, layer, compilation or runner code, nor
 FlashInfer's Python: only compiled kernels and their loaders, the CUDA runtime
 (streams, events, graphs, memory queries) and the attention kernels.
@@ -361,6 +361,9 @@ def install_cuda_runtime(total_memory: int) -> None:
     cuda.max_memory_allocated = lambda device=None: 0  # type: ignore[assignment]
     cuda.memory_reserved = lambda device=None: 0  # type: ignore[assignment]
     cuda.reset_peak_memory_stats = lambda device=None: None  # type: ignore[assignment]
+    # Dynamo saves and restores the device RNG state around every compile.
+    cuda.get_rng_state = lambda device="cuda": torch.zeros(16, dtype=torch.uint8)  # type: ignore[assignment]
+    cuda.set_rng_state = lambda state, device="cuda": None  # type: ignore[assignment]
     cuda.memory.mem_get_info = cuda.mem_get_info  # type: ignore[attr-defined]
     cuda.memory.empty_cache = cuda.empty_cache  # type: ignore[attr-defined]
 

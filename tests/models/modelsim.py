@@ -52,13 +52,13 @@ replaced, nor FlashInfer's Python.
 
 API (for other tests, e.g. which FlashInfer modules a model kind requests)::
 
-    import harness
-    harness.prepare()                         # before sglang is imported
-    built = harness.build(case)               # in a forked process: see run_cases
+    import modelsim
+    modelsim.prepare()                       # before sglang is imported
+    built = modelsim.build(case)             # in a forked process: see run_cases
     built.model, built.runner, built.server_args
     built.quant_methods                       # {module name: quant method class name}
     built.moe_runner_backend                  # sglang's resolved MoE runner backend
-    harness.capture(built)                    # the runner(s); returns the trace report
+    modelsim.capture(built)                  # the runner(s); returns the trace report
 
 ``case`` is a dict: ``family`` (a row of tests/models/families.py, as JSON),
 ``moe_runner_backend`` ("auto" or "flashinfer_cutlass"), ``cuda_graph`` (True: the
