@@ -430,7 +430,6 @@ def quant_methods(model: Any) -> dict[str, str]:
 
 def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
     """``ModelRunner.__new__`` with the attributes its ``__init__`` sets for a 1-GPU server."""
-    import torch
     from sglang.srt.distributed import get_pp_group, get_tp_group
     from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -570,8 +569,9 @@ def _error(exc: BaseException) -> dict[str, str]:
 def capture(built: Built) -> dict[str, Any]:
     """The server's graph start-up: decode CUDA graphs (if on), then piecewise."""
     import torch
-    from fp4graph import simulate
     from torch._dynamo.utils import counters
+
+    from fp4graph import simulate
 
     graphs: list[list[dict[str, Any]]] = []
     _observe_split_graph(graphs)

@@ -223,7 +223,7 @@ def python_tree(project: str, version: str, cache: pathlib.Path) -> pathlib.Path
         spans = [(e["offset"], e["offset"] + 30 + 1024 + e["compressed_size"]) for e in entries]
         blobs = _ranges(record["wheel"]["url"], spans)
     tmp = pathlib.Path(tempfile.mkdtemp(dir=cache, prefix="sgl-kernel-python-"))
-    for entry, blob in zip(entries, blobs):
+    for entry, blob in zip(entries, blobs, strict=True):
         data = _member(blob, entry)
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise SglKernelError(

@@ -27,10 +27,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import families  # noqa: E402
 import sgl_kernel_ops  # noqa: E402
-from support.child import run_python, tail  # noqa: E402
-
 from fp4graph import config  # noqa: E402
 from fp4graph.stacks import load  # noqa: E402
+from support.child import run_python, tail  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

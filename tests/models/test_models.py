@@ -98,7 +98,7 @@ def result(wheel_tree: Any, stack: simulation.SglangStack, patched: bool, case: 
     if key not in _RESULTS:
         cases = matrix(stack.name, patched)
         reports = simulation.run(wheel_tree, stack, patched=patched, cases=[c.request() for c in cases])
-        _RESULTS[key] = {c.id: r for c, r in zip(cases, reports)}
+        _RESULTS[key] = {c.id: r for c, r in zip(cases, reports, strict=True)}
     return _RESULTS[key][case.id]
 
 
