@@ -145,3 +145,50 @@ def test_warmup_builds_the_fp4_modules_the_pristine_start_builds(
         assert warmup["kinds"] == fp4_kinds(off["jit_modules"]), (kind, warmup, off["jit_modules"])
         want = expected(target.sglang, backend)
         assert want is None or warmup["kinds"] == want, (kind, warmup, want)
+
+
+def _jit_build() -> Any:
+    import importlib.util
+
+    path = HERE.parents[1] / "benchmarks" / "jit_build.py"
+    spec = importlib.util.spec_from_file_location("jit_build", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_jit_build_benchmark_measures_these_kinds() -> None:
+    """benchmarks/jit_build.py's table of model kinds is the one checked above."""
+    jit_build = _jit_build()
+    by_kind = {"dense": "auto", "moe-auto": "auto", "moe-flashinfer_cutlass": "flashinfer_cutlass"}
+    for target in simulation.sglang_stacks():
+        if target.sglang not in LINEAR:
+            continue
+        assert jit_build.STACK_OF[target.flashinfer] == target.name
+        table = jit_build.MODEL_KINDS[target.name]
+        assert set(table) == set(by_kind), table
+        for model_kind, backend in by_kind.items():
+            assert sorted(table[model_kind]) == expected(target.sglang, backend), (target.name, model_kind)
+
+
+def test_jit_build_benchmark_dry_run(wheel_tree: Any, tmp_path: pathlib.Path) -> None:
+    """--dry-run: the SM120 specs of the patched tree and their ninja files (sm_120a), no nvcc."""
+    tree = wheel_tree("flashinfer-python", "0.6.3", patched=True)
+    script = HERE.parents[1] / "benchmarks" / "jit_build.py"
+    code = f"import runpy, sys\nsys.argv = {[str(script), '--dry-run', '--flashinfer', str(tree), '--out', str(tmp_path / 'out'), '--workdir', str(tmp_path / 'work')]!r}\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
+    result = run_python(code, timeout=900)
+    assert result.returncode == 0, tail(result)
+    record = json.loads((tmp_path / "out" / "jit_build.json").read_text())
+    (modules,) = record["modules"].values()
+    assert {k: m["module"] for k, m in modules.items()} == {
+        "quantization": "fp4_quantization_120",
+        "gemm_cutlass": "fp4_gemm_cutlass_sm120",
+        "moe_cutlass": "fused_moe_120",
+    }, modules
+    for rec in modules.values():
+        assert rec["status"] == "dry-run", rec
+        ninja = pathlib.Path(rec["build_dir"]) / "build.ninja"
+        assert "sm_120a" in ninja.read_text(), ninja
+    table = (tmp_path / "out" / "jit_build.md").read_text()
+    assert "| sglang-0.5.9 (0.6.3+fp4graph." in table and "not measured" in table, table
