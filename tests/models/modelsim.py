@@ -9,8 +9,8 @@ What runs is sglang's own code, end to end, for the release on the path:
   piecewise capture sizes), ``ModelConfig``, the quantization config read from the
   family's ``config.json`` (ModelOpt NVFP4);
 * the parallel state (``init_distributed_environment``, ``initialize_model_parallel``,
-  ``initialize_dp_attention``) as a gloo world of size 1, and the MoE config
-  (``initialize_moe_config``);
+  ``initialize_dp_attention``) as a gloo world of size 1 (its barriers run outside
+  FakeTensorMode), and the MoE config (``initialize_moe_config``);
 * the model class, built by sglang's loader for ``--load-format dummy``
   (``DummyModelLoader``: create_weights, ``process_weights_after_loading``, dummy
   weights) on the host, then every tensor swapped for a fake CUDA tensor of the same
@@ -28,8 +28,11 @@ Stand-ins, and only these (tests/models/stand_ins.py):
 1. the device: CPU torch answers as a CUDA 12.8 build on one RTX PRO 6000 (SM120)
    (``fp4graph.simulate``), an ``nvidia-smi`` on PATH answering the same;
 2. the CUDA runtime: streams, events, ``torch.cuda.graph`` / ``CUDAGraph`` (the
-   captured body runs once on fake tensors), synchronize, memory queries;
-   ``Tensor.cuda()`` is the identity while the model is built on the host;
+   captured body runs once on fake tensors), synchronize, memory queries, the
+   device RNG state Dynamo saves; ``torch.tensor(..., device="cuda")``, Python
+   indexing and ``Tensor.copy_`` of fake CUDA tensors as the aten ops they are
+   (a CPU build refuses their CUDA device guards); ``Tensor.cuda()`` is the
+   identity while the model is built on the host;
 3. sgl_kernel's compiled library ``common_ops``: the schemas of the pinned release
    (tests/models/data/*.json) defined with torch.library and Meta kernels (no-op
    for ops writing into ``Tensor!`` outputs, shapes from the C++ source for ops
@@ -108,6 +111,7 @@ def prepare(record_path: str | None = None) -> None:
     os.environ.setdefault("SGLANG_CACHE_DIR", os.path.join(tmp, "sglang-cache"))
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tmp, "inductor"))
     stand_ins.install_cuda_runtime(gpu.total_memory)
+    stand_ins.install_host_collectives()
     stand_ins.install_nvidia_smi(tmp, gpu)
     record = json.loads(pathlib.Path(record_path or os.environ["FP4GRAPH_SGL_KERNEL_RECORD"]).read_text())
     stand_ins.install_sgl_kernel_ops(record)
