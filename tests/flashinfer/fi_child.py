@@ -6,7 +6,7 @@ line prefixed with ``RESULT:`` on stdout.  One child runs many cases: importing
 flashinfer and warming Dynamo up costs most of a child's time.
 
 Each case is ``(name, entry point, input builder, call)``.  Inputs are fake CUDA
-tensors (``FakeTensorMode``); the device is simulated by :mod:`fp4graph.simulate`.
+tensors (``FakeTensorMode``); the device is simulated by :mod:`fp4graph.verify.simulate`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from fp4graph import simulate
+from fp4graph.verify import simulate
 
 BF16 = torch.bfloat16
 

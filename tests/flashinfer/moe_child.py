@@ -25,7 +25,7 @@ from fi_child import _compiling_flag, cuda
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from fp4graph import simulate
+from fp4graph.verify import simulate
 
 BF16 = torch.bfloat16
 U8 = torch.uint8

@@ -92,7 +92,7 @@ def test_upstream_tests_pass_patched_fail_pristine(wheel_tree, upstream_tests) -
 
 OPCHECK = r"""
 import json, torch
-from fp4graph import simulate
+from fp4graph.verify import simulate
 simulate.install()
 import flashinfer
 import flashinfer.jit.core as jit_core
@@ -176,7 +176,7 @@ def test_opcheck_pristine_fake_wrong_for_column_major(wheel_tree) -> None:
 
 MOE_TRACE = r"""
 import json, torch
-from fp4graph import simulate
+from fp4graph.verify import simulate
 simulate.install()
 from flashinfer.fused_moe import cutlass_fused_moe
 from torch._subclasses.fake_tensor import FakeTensorMode

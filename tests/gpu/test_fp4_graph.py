@@ -17,7 +17,7 @@ What is checked:
 - The eager public call captured in a plain ``torch.cuda.CUDAGraph`` after warm-up
   (what sglang's piecewise runner does for the pieces it runs eagerly).
 - Numerics, only on SM100 and newer: eager == compiled bitwise, and both equal to the
-  pure-PyTorch reference (``fp4graph.fp4ref``) within e2m1 rounding.  Below SM100 the
+  pure-PyTorch reference (``fp4graph.verify.nvfp4``) within e2m1 rounding.  Below SM100 the
   fp4 kernels are compiled out (``#if __CUDA_ARCH__ >= 1000``), their outputs are
   uninitialised memory, and these tests skip saying so.
 """
@@ -40,7 +40,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU (nox -s gpu)", allow_module_level=True)
 flashinfer = pytest.importorskip("flashinfer")
 
-from fp4graph import fp4ref  # noqa: E402
+from fp4graph.verify import nvfp4 as fp4ref  # noqa: E402
 
 CAP = torch.cuda.get_device_capability()
 SM100 = CAP[0] >= 10

@@ -26,7 +26,7 @@ What runs is sglang's own code, end to end, for the release on the path:
 Stand-ins, and only these (tests/models/stand_ins.py):
 
 1. the device: CPU torch answers as a CUDA 12.8 build on one RTX PRO 6000 (SM120)
-   (``fp4graph.simulate``), an ``nvidia-smi`` on PATH answering the same;
+   (``fp4graph.verify.simulate``), an ``nvidia-smi`` on PATH answering the same;
 2. the CUDA runtime: streams, events, ``torch.cuda.graph`` / ``CUDAGraph`` (the
    captured body runs once on fake tensors), synchronize, memory queries, the
    device RNG state Dynamo saves; ``torch.tensor(..., device="cuda")``, Python
@@ -100,7 +100,7 @@ _STATE: dict[str, Any] = {}
 
 def prepare(record_path: str | None = None) -> None:
     """Simulate the device and install every stand-in; import sglang's model registry."""
-    from fp4graph import simulate
+    from fp4graph.verify import simulate
 
     gpu = simulate.SM120
     simulate.install(gpu)
@@ -575,7 +575,7 @@ def capture(built: Built) -> dict[str, Any]:
     import torch
     from torch._dynamo.utils import counters
 
-    from fp4graph import simulate
+    from fp4graph.verify import simulate
 
     graphs: list[list[dict[str, Any]]] = []
     _observe_split_graph(graphs)

@@ -203,7 +203,7 @@ batch = types.SimpleNamespace(
     attn_backend=types.SimpleNamespace(get_indexer_metadata=lambda layer_id, fb: metadata),
     forward_mode=types.SimpleNamespace(is_extend_without_speculative=lambda: True),
 )
-from fp4graph import simulate
+from fp4graph.verify import simulate
 with sgsim.fake_mode():
     batch.seq_lens_cpu = torch.empty(4, dtype=torch.int64)
     x = torch.empty(8, 256, dtype=torch.bfloat16, device="cuda")
