@@ -36,7 +36,8 @@ Stand-ins, and only these (tests/models/stand_ins.py):
 3. sgl_kernel's compiled library ``common_ops``: the schemas of the pinned release
    (tests/models/data/*.json) defined with torch.library and Meta kernels (no-op
    for ops writing into ``Tensor!`` outputs, shapes from the C++ source for ops
-   returning tensors); its Python package is the pinned wheel's own;
+   returning tensors; a fake sglang registers itself replaces the Meta kernel);
+   its Python package is the pinned wheel's own;
 4. JIT-compiled kernels: FlashInfer's JIT build/load and cubin downloads
    (tests/flashinfer stand-ins: no-op kernels, the fused-MoE runner object) and
    sglang.jit_kernel's ``tvm_ffi.cpp.load_inline`` / ``load`` (no-op kernels);
@@ -47,7 +48,9 @@ Stand-ins, and only these (tests/models/stand_ins.py):
 7. the parts of ``ModelRunner.__init__`` that need a GPU (distributed init over
    NCCL, memory profiling): the runner is ``ModelRunner.__new__`` with the
    attributes ``__init__`` would set, from the real objects above;
-8. import-only: torchvision (no CPU build for this torch) and ``flashinfer.comm``
+8. device memory has no data: every device tensor is a fake (FakeTensorMode with a
+   ShapeEnv), so a host read of a device value (``.item()``) is an unbacked symbol;
+9. import-only: torchvision (no CPU build for this torch) and ``flashinfer.comm``
    (loads libcudart at import; multi-GPU all-reduce only), inert modules.
 
 Nothing of sglang's model, layer, quantization, MoE, compilation or runner code is
@@ -561,13 +564,30 @@ def _observe_split_graph(graphs: list[list[dict[str, Any]]]) -> None:
     backend.split_graph = split_graph
 
 
-def _error(exc: BaseException) -> dict[str, str]:
-    first = (str(exc).strip().splitlines() or [""])[0]
+def _error(exc: BaseException) -> dict[str, Any]:
+    """The error, its full text, and the chain of causes (Dynamo wraps the first
+    untraceable call in the error of an enclosing context manager on some releases)."""
+    chain: list[str] = []
+    cause: BaseException | None = exc
+    while cause is not None and len(chain) < 8:
+        first = (str(cause).strip().splitlines() or [""])[0]
+        chain.append(f"{type(cause).__module__}.{type(cause).__name__}: {first[:500]}")
+        cause = cause.__cause__ or cause.__context__
     return {
-        "error": f"{type(exc).__module__}.{type(exc).__name__}: {first[:500]}",
-        "error_text": str(exc)[:6000],
+        "error": chain[0],
+        "error_chain": chain,
+        "error_text": "\n".join(str(e)[:6000] for e in _exceptions(exc)),
         "traceback": "".join(traceback.format_exception(exc))[-8000:],
     }
+
+
+def _exceptions(exc: BaseException) -> list[BaseException]:
+    out = []
+    cause: BaseException | None = exc
+    while cause is not None and len(out) < 8:
+        out.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return out
 
 
 def capture(built: Built) -> dict[str, Any]:
