@@ -374,6 +374,10 @@ def install_cuda_runtime(total_memory: int) -> None:
     cuda.max_memory_allocated = lambda device=None: 0  # type: ignore[assignment]
     cuda.memory_reserved = lambda device=None: 0  # type: ignore[assignment]
     cuda.reset_peak_memory_stats = lambda device=None: None  # type: ignore[assignment]
+    # torch >= 2.10: Dynamo starts every trace from torch.accelerator's current stream.
+    if hasattr(torch, "accelerator"):
+        torch.accelerator.current_stream = lambda device=None: Stream()  # type: ignore[assignment]
+        torch.accelerator.current_device_index = lambda: 0  # type: ignore[assignment]
     # Dynamo saves and restores the device RNG state around every compile.
     cuda.get_rng_state = lambda device="cuda": torch.zeros(16, dtype=torch.uint8)  # type: ignore[assignment]
     cuda.set_rng_state = lambda state, device="cuda": None  # type: ignore[assignment]
