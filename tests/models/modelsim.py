@@ -9,8 +9,8 @@ What runs is sglang's own code, end to end, for the release on the path:
   piecewise capture sizes), ``ModelConfig``, the quantization config read from the
   family's ``config.json`` (ModelOpt NVFP4);
 * the parallel state (``init_distributed_environment``, ``initialize_model_parallel``,
-  ``initialize_dp_attention``) as a gloo world of size 1, and the MoE config
-  (``initialize_moe_config``);
+  ``initialize_dp_attention``) as a gloo world of size 1 (its barriers run outside
+  FakeTensorMode), and the MoE config (``initialize_moe_config``);
 * the model class, built by sglang's loader for ``--load-format dummy``
   (``DummyModelLoader``: create_weights, ``process_weights_after_loading``, dummy
   weights) on the host, then every tensor swapped for a fake CUDA tensor of the same
@@ -26,14 +26,18 @@ What runs is sglang's own code, end to end, for the release on the path:
 Stand-ins, and only these (tests/models/stand_ins.py):
 
 1. the device: CPU torch answers as a CUDA 12.8 build on one RTX PRO 6000 (SM120)
-   (``fp4graph.simulate``), an ``nvidia-smi`` on PATH answering the same;
+   (``fp4graph.verify.simulate``), an ``nvidia-smi`` on PATH answering the same;
 2. the CUDA runtime: streams, events, ``torch.cuda.graph`` / ``CUDAGraph`` (the
-   captured body runs once on fake tensors), synchronize, memory queries;
-   ``Tensor.cuda()`` is the identity while the model is built on the host;
+   captured body runs once on fake tensors), synchronize, memory queries, the
+   device RNG state Dynamo saves; ``torch.tensor(..., device="cuda")``, Python
+   indexing and ``Tensor.copy_`` of fake CUDA tensors as the aten ops they are
+   (a CPU build refuses their CUDA device guards); ``Tensor.cuda()`` is the
+   identity while the model is built on the host;
 3. sgl_kernel's compiled library ``common_ops``: the schemas of the pinned release
    (tests/models/data/*.json) defined with torch.library and Meta kernels (no-op
    for ops writing into ``Tensor!`` outputs, shapes from the C++ source for ops
-   returning tensors); its Python package is the pinned wheel's own;
+   returning tensors; a fake sglang registers itself replaces the Meta kernel);
+   its Python package is the pinned wheel's own;
 4. JIT-compiled kernels: FlashInfer's JIT build/load and cubin downloads
    (tests/flashinfer stand-ins: no-op kernels, the fused-MoE runner object) and
    sglang.jit_kernel's ``tvm_ffi.cpp.load_inline`` / ``load`` (no-op kernels);
@@ -44,7 +48,9 @@ Stand-ins, and only these (tests/models/stand_ins.py):
 7. the parts of ``ModelRunner.__init__`` that need a GPU (distributed init over
    NCCL, memory profiling): the runner is ``ModelRunner.__new__`` with the
    attributes ``__init__`` would set, from the real objects above;
-8. import-only: torchvision (no CPU build for this torch) and ``flashinfer.comm``
+8. device memory has no data: every device tensor is a fake (FakeTensorMode with a
+   ShapeEnv), so a host read of a device value (``.item()``) is an unbacked symbol;
+9. import-only: torchvision (no CPU build for this torch) and ``flashinfer.comm``
    (loads libcudart at import; multi-GPU all-reduce only), inert modules.
 
 Nothing of sglang's model, layer, quantization, MoE, compilation or runner code is
@@ -97,7 +103,7 @@ _STATE: dict[str, Any] = {}
 
 def prepare(record_path: str | None = None) -> None:
     """Simulate the device and install every stand-in; import sglang's model registry."""
-    from fp4graph import simulate
+    from fp4graph.verify import simulate
 
     gpu = simulate.SM120
     simulate.install(gpu)
@@ -108,6 +114,7 @@ def prepare(record_path: str | None = None) -> None:
     os.environ.setdefault("SGLANG_CACHE_DIR", os.path.join(tmp, "sglang-cache"))
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tmp, "inductor"))
     stand_ins.install_cuda_runtime(gpu.total_memory)
+    stand_ins.install_host_collectives()
     stand_ins.install_nvidia_smi(tmp, gpu)
     record = json.loads(pathlib.Path(record_path or os.environ["FP4GRAPH_SGL_KERNEL_RECORD"]).read_text())
     stand_ins.install_sgl_kernel_ops(record)
@@ -557,13 +564,30 @@ def _observe_split_graph(graphs: list[list[dict[str, Any]]]) -> None:
     backend.split_graph = split_graph
 
 
-def _error(exc: BaseException) -> dict[str, str]:
-    first = (str(exc).strip().splitlines() or [""])[0]
+def _error(exc: BaseException) -> dict[str, Any]:
+    """The error, its full text, and the chain of causes (Dynamo wraps the first
+    untraceable call in the error of an enclosing context manager on some releases)."""
+    chain: list[str] = []
+    cause: BaseException | None = exc
+    while cause is not None and len(chain) < 8:
+        first = (str(cause).strip().splitlines() or [""])[0]
+        chain.append(f"{type(cause).__module__}.{type(cause).__name__}: {first[:500]}")
+        cause = cause.__cause__ or cause.__context__
     return {
-        "error": f"{type(exc).__module__}.{type(exc).__name__}: {first[:500]}",
-        "error_text": str(exc)[:6000],
+        "error": chain[0],
+        "error_chain": chain,
+        "error_text": "\n".join(str(e)[:6000] for e in _exceptions(exc)),
         "traceback": "".join(traceback.format_exception(exc))[-8000:],
     }
+
+
+def _exceptions(exc: BaseException) -> list[BaseException]:
+    out = []
+    cause: BaseException | None = exc
+    while cause is not None and len(out) < 8:
+        out.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return out
 
 
 def capture(built: Built) -> dict[str, Any]:
@@ -571,7 +595,7 @@ def capture(built: Built) -> dict[str, Any]:
     import torch
     from torch._dynamo.utils import counters
 
-    from fp4graph import simulate
+    from fp4graph.verify import simulate
 
     graphs: list[list[dict[str, Any]]] = []
     _observe_split_graph(graphs)

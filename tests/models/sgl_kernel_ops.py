@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("requirement", help="e.g. sgl-kernel==0.3.21 or sglang-kernel==0.4.2")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE.parents[1] / "src"))
-    from fp4graph.config import default_cache_dir
+    from fp4graph.model.config import default_cache_dir
 
     out = generate(args.requirement, default_cache_dir() / "sgl-kernel")
     print(out)

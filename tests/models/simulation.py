@@ -27,8 +27,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import families  # noqa: E402
 import sgl_kernel_ops  # noqa: E402
-from fp4graph import config  # noqa: E402
-from fp4graph.stacks import load  # noqa: E402
+from fp4graph.model import config  # noqa: E402
+from fp4graph.model.stacks import load  # noqa: E402
 from support.child import run_python, tail  # noqa: E402
 
 

@@ -79,22 +79,35 @@ def install_sgl_kernel_ops(record: dict[str, Any]) -> types.ModuleType:
     """``common_ops``: every schema of the record defined in torch.library, with a Meta kernel.
 
     sgl_kernel's ``load_utils`` finds no ``common_ops.*`` library beside its Python
-    and falls back to ``import common_ops``: this module.  Fakes sglang registers
-    itself (``register_fake_if_exists``) take precedence over the Meta kernels.
+    and falls back to ``import common_ops``: this module.  A fake sglang registers
+    itself (``torch.library.register_fake``, e.g. ``register_fake_if_exists``)
+    replaces the op's Meta kernel (torch 2.9 refuses a fake beside a Meta kernel).
     """
     namespace = record["namespace"]
-    lib = torch.library.Library(namespace, "FRAGMENT")
-    defined = []
+    definitions = torch.library.Library(namespace, "FRAGMENT")
+    meta: dict[str, torch.library.Library] = {}
     for schema in record["schemas"]:
         parsed = torch._C.parse_schema(schema)
-        name = parsed.name
-        lib.define(schema)
-        lib.impl(name, _meta_kernel(name, not parsed.returns), "Meta")
-        defined.append(name)
+        definitions.define(schema)
+        lib = torch.library.Library(namespace, "FRAGMENT")
+        lib.impl(parsed.name, _meta_kernel(parsed.name, not parsed.returns), "Meta")
+        meta[parsed.name] = lib
+
+    register_fake = torch.library.register_fake
+
+    def register_fake_(op: Any, *args: Any, **kwargs: Any) -> Any:
+        name = op if isinstance(op, str) else getattr(op, "__qualname__", "")
+        if isinstance(name, str) and name.startswith(f"{namespace}::"):
+            lib = meta.pop(name.split("::", 1)[1].split(".")[0], None)
+            if lib is not None:
+                lib._destroy()
+        return register_fake(op, *args, **kwargs)
+
+    torch.library.register_fake = register_fake_  # type: ignore[assignment]
     module = types.ModuleType("common_ops")
     module.__file__ = f"<stand-in for {record['library']} of {record['project']} {record['version']}>"
-    module._library = lib  # keep the registrations alive
-    module.defined = defined
+    module._libraries = (definitions, meta)  # keep the registrations alive
+    module.defined = sorted(meta)
     sys.modules["common_ops"] = module
     return module
 
@@ -361,6 +374,10 @@ def install_cuda_runtime(total_memory: int) -> None:
     cuda.max_memory_allocated = lambda device=None: 0  # type: ignore[assignment]
     cuda.memory_reserved = lambda device=None: 0  # type: ignore[assignment]
     cuda.reset_peak_memory_stats = lambda device=None: None  # type: ignore[assignment]
+    # torch >= 2.10: Dynamo starts every trace from torch.accelerator's current stream.
+    if hasattr(torch, "accelerator"):
+        torch.accelerator.current_stream = lambda device=None: Stream()  # type: ignore[assignment]
+        torch.accelerator.current_device_index = lambda: 0  # type: ignore[assignment]
     # Dynamo saves and restores the device RNG state around every compile.
     cuda.get_rng_state = lambda device="cuda": torch.zeros(16, dtype=torch.uint8)  # type: ignore[assignment]
     cuda.set_rng_state = lambda state, device="cuda": None  # type: ignore[assignment]
@@ -391,6 +408,21 @@ def install_nvidia_smi(bin_dir: str, gpu: Any) -> None:
     )
     path.chmod(0o755)
     os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def install_host_collectives() -> None:
+    """The gloo world of size 1 runs its barriers for real, outside FakeTensorMode
+    (torch 2.9 builds the barrier's tensor in the active mode, then refuses it)."""
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    barrier = dist.barrier
+
+    def barrier_(*args: Any, **kwargs: Any) -> Any:
+        with unset_fake_temporarily():
+            return barrier(*args, **kwargs)
+
+    dist.barrier = barrier_  # type: ignore[assignment]
 
 
 def report(tag: str, data: Any) -> None:

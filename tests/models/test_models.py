@@ -7,7 +7,8 @@ x start order (``cuda-graph``: the default server, decode CUDA graphs captured
 before the piecewise compile; ``no-cuda-graph``: ``--disable-cuda-graph``) x MoE
 runner backend (``auto``; MoE families also ``flashinfer_cutlass``).
 
-Pristine fails with the seed error; patched traces every family with 0 graph
+Pristine fails with the seed error (or, where listed in :data:`EARLIER_FAILURES`, with
+an upstream bug the trace meets first); patched traces every family with 0 graph
 breaks, the fp4 ops inside captured (non-split) pieces.
 
 Which part of the matrix runs: ``FP4GRAPH_MODELS=full`` (``nox -s tracing`` sets
@@ -81,6 +82,40 @@ def matrix(stack_name: str, patched: bool) -> list[Case]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class EarlierFailure:
+    """An upstream bug (not fp4) a pristine release hits before the seed error."""
+
+    sglang: tuple[str, ...]
+    families: tuple[str, ...]
+    cuda_graph: bool
+    error: str  # in the error's text
+    where: str
+    fixed_by: str  # the patch of the series that fixes it
+
+    def matches(self, stack: simulation.SglangStack, case: Case, report: dict[str, Any]) -> bool:
+        return (
+            stack.sglang in self.sglang
+            and case.family in self.families
+            and case.cuda_graph == self.cuda_graph
+            and self.error in report.get("error_text", "")
+        )
+
+
+EARLIER_FAILURES = [
+    # On torch 2.9 (the stack's pin; torch 2.13 traces it): the first trace meets the
+    # attention before the first fp4 linear, and its lazy init fails without an eager
+    # forward first.
+    EarlierFailure(
+        sglang=("0.5.9",),
+        families=("deepseek-v3", "deepseek-v3-no-fusion"),
+        cuda_graph=False,
+        error="builtin isinstance() cannot determine type of argument",
+        where="models/deepseek_v2.py:1384: forward_prepare sets self.attn_mha.kv_b_proj",
+        fixed_by="0006-eager-forward-before-piecewise-compile.patch",
+    ),
+]
+
 STACKS = simulation.sglang_stacks()
 PARAMS = [
     pytest.param(stack, patched, case, id=f"{stack.name}-{'patched' if patched else 'pristine'}-{case.id}")
@@ -121,8 +156,10 @@ def test_whole_model(wheel_tree: Any, stack: simulation.SglangStack, patched: bo
         assert report.get(name) == value, (name, describe(report))
     if not patched:
         assert not report["ok"] and report["stage"] == "init_piecewise_cuda_graphs", describe(report)
-        assert "Unsupported" in report["error"] and SEED_ERROR in report["error"], describe(report)
-        assert "allocate_lock" in report["error_text"], describe(report)
+        assert report["error"].startswith("torch._dynamo.exc."), describe(report)
+        seed = any(SEED_ERROR in e for e in report["error_chain"]) and "allocate_lock" in report["error_text"]
+        known = [f for f in EARLIER_FAILURES if f.matches(stack, case, report)]
+        assert seed or known, describe(report)
         return
     assert report["ok"], describe(report)
     assert report["piecewise_runner"] == "PiecewiseCudaGraphRunner", describe(report)

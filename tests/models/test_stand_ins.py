@@ -35,7 +35,7 @@ def test_missing_record_names_the_command() -> None:
 
 INDEXING = """
 import json
-from fp4graph import simulate
+from fp4graph.verify import simulate
 simulate.install()
 import torch, stand_ins
 stand_ins.install_cuda_runtime(1 << 30)
