@@ -380,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
                               "host": host_info(), "dry_run": args.dry_run, "modules": {}}
     deadline = start + args.deadline_s
     for version in [v for _, v in trees]:
-        record["modules"][version] = {}
+        # Earlier calls' records stay (this call replaces those it builds again).
+        record["modules"][version] = dict(((previous or {}).get("modules", {}).get(version)) or {})
     # --order: KIND (every version) or VERSION:KIND items, built in that order; by
     # default what the selective warm-ups need, for every stack, before the slow
     # fused-MoE module.
