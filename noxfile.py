@@ -106,12 +106,13 @@ def publish(session: nox.Session) -> None:
 @nox.parametrize("torch", STACK_TORCHES)
 def tracing(session: nox.Session, torch: str) -> None:
     """The SM120 simulation under each stack's own torch pin (CUDA wheels from PyPI),
-    for the versions of the stacks that pin it."""
+    for the versions of the stacks that pin it; whole models: the full matrix."""
     _install_test_env(session, f"torch=={torch}")
     selected = " or ".join(VERSIONS_BY_TORCH[torch])
     session.run(
         "pytest", "-m", "not gpu and not sm120",
-        *(session.posargs or ["tests/flashinfer", "tests/sglang", "-k", selected]),
+        *(session.posargs or ["tests/flashinfer", "tests/sglang", "tests/models", "-k", selected]),
+        env={"FP4GRAPH_MODELS": "full"},
     )
 
 

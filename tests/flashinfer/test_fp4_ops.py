@@ -29,8 +29,10 @@ What is checked, and how:
   fake tensor vs the real Python wrapper, AOT dispatch with dynamic shapes.  Not
   checked on CPU: kernel numerics (GPU tests).
 - warmup: ``flashinfer.fp4_warmup`` resolves every fp4 module for the device (the
-  nvcc/ninja build and the dlopen are stubbed); reaching a module getter while
-  Dynamo traces raises the RuntimeError that names the module and fp4_warmup.
+  nvcc/ninja build and the dlopen are stubbed), ``modules=[kind]`` exactly the
+  modules of that kind; reaching a module getter while Dynamo traces raises the
+  RuntimeError that names the module and the ``fp4_warmup(modules=[...])`` call
+  that builds it.
 """
 
 from __future__ import annotations
@@ -238,11 +240,37 @@ def test_warmup_and_clear_jit_error(child, version: str, gpu: str) -> None:
     # A second warm-up loads nothing new and reports the cached getters.
     assert len(warm["again"]) == len(names)
     err = data["jit_error"]
+    advice = "flashinfer.fp4_warmup(device, modules=['quantization'])"
     assert err["flag_module"] in (f"fp4_quantization_{arch}", fp4_module), err
-    assert "flashinfer.fp4_warmup(device)" in err["flag"]
-    for key in ("traced-nvcc=None", "traced-nvcc=12.8"):
-        assert err[key]["names_warmup"], err[key]
-        assert err[key]["module"], err[key]
+    assert advice in err["flag"], err["flag"]
+    # nvcc 12.8 given: the trace reaches the module's spec; unset: nvcc --version first.
+    traced = err["traced-nvcc=12.8"]
+    assert traced["module"] == f"fp4_quantization_{arch}", traced
+    assert advice in traced["message"], traced
+    assert "building it first does not help" in traced["message"], traced
+    step = err["traced-nvcc=None"]
+    assert step["module"] == "nvcc --version", step
+    assert "It runs while a JIT module is being built" in step["message"], step
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_warmup_builds_the_selected_kinds_only(child, version: str, gpu: str) -> None:
+    data = child(version, gpu, True, "warmup")
+    select, everything = data["select"], data["warmup"]["names"]
+    available = {kind: rec for kind, rec in select.items() if "names" in rec}
+    # trtllm kinds exist on SM10x only; elsewhere asking for them is an error.
+    expected = set(select) if gpu == "sm100" else set(select) - {"gemm_trtllm", "moe_trtllm"}
+    assert set(available) == expected, select
+    for kind, rec in select.items():
+        if kind not in available:
+            assert rec["error"].startswith("ValueError") and "no module on SM" in rec["error"], rec
+            continue
+        # One module per kind, built from cold, named by the guard as that kind.
+        assert rec["names"] == rec["built"] and len(rec["built"]) == 1, (kind, rec)
+        assert rec["kinds"] == [kind], (kind, rec)
+    # Together, the kinds are exactly what the no-argument warm-up builds.
+    assert sorted(n for rec in available.values() for n in rec["built"]) == sorted(everything)
 
 
 @pytest.mark.parametrize("gpu", GPUS)
