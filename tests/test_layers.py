@@ -2,8 +2,9 @@
 
 Rooms in layers (cli > integration > verify > forward > wheels > model; a lower one never
 imports a higher one), no import cycles between siblings, and torch only under
-fp4graph.verify.  import-linter reads the source without importing it; each run is a
-child interpreter whose sys.path starts at the tree under test.
+fp4graph.verify (not in verify.suites, which runs torch in child interpreters).
+import-linter reads the source without importing it; each run is a child interpreter whose
+sys.path starts at the tree under test.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ def test_the_package_keeps_its_contracts() -> None:
         pytest.param("wheels/lint.py", "import torch", [
             "fp4graph.wheels is not allowed to import torch",
         ], id="torch-outside-verify"),
+        pytest.param("verify/suites/gate.py", "import torch", [
+            "fp4graph.verify.suites is not allowed to import torch",
+        ], id="torch-in-the-suites-runner"),
         pytest.param("stray.py", "", [
             "fp4graph.stray",  # exhaustive: a new top-level module must join a layer
         ], id="module-in-no-layer"),

@@ -13,18 +13,22 @@ block in :func:`parser` that declares its arguments.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 
 from .forward import drift, pin, prs, rebase, refresh
-from .integration import benchmark, command
+from .integration import benchmark, command, families, matrix
 from .model import config, log, projects, stacks
-from .model.errors import ConfigError, Fp4graphError
+from .model.errors import ConfigError, Fp4graphError, SuiteError
+from .model.files import write_atomic
+from .verify import suites
 from .wheels import build, fetch, lint, publish, trees
 
 Adapter = Callable[[argparse.Namespace], int]
@@ -205,6 +209,72 @@ def _pin(args: argparse.Namespace) -> int:
     print(f"wrote {result.stacks_file}" if result.artifacts or result.stack else "nothing to write")
     return 0
 
+# --- verify -------------------------------------------------------------------------
+
+
+def _suites(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    started = time.time()
+    with contextlib.ExitStack() as cleanup:
+        work = args.work or pathlib.Path(
+            cleanup.enter_context(tempfile.TemporaryDirectory(prefix="fp4graph-suites-"))
+        )
+        work.mkdir(parents=True, exist_ok=True)
+        if args.bundle:
+            bundles = suites.open_bundles(settings, args.bundle, work)
+        else:
+            stack = args.stack or os.environ.get("FP4GRAPH_STACK") or "sglang-0.5.9"
+            runs_here = not (args.pack or args.requirements)
+            plan = suites.plan(settings, stack, args.project or (),
+                               cuda=suites.cuda_available() if runs_here else None)
+            for note in plan.skipped:
+                print(f"suites: {stack}: skip {note}")
+            if args.requirements:
+                reqs = suites.requirements(settings, stack, plan.projects, args.torch)
+                write_atomic(args.requirements, "\n".join(reqs) + "\n")
+                print(f"{args.requirements}: {len(reqs)} requirements for {', '.join(plan.projects)}")
+                return 0
+            if not plan.projects:
+                print("suites: nothing to run here")
+                return 0
+            bundles = suites.prepare_stack(settings, plan, work, repos=_repos(args.repo, plan.projects),
+                                           patched=args.patched)
+            if args.pack:
+                for bundle in bundles:
+                    packed = suites.pack(bundle, args.pack / f"{bundle.name}.tar.xz")
+                    print(f"{packed}  {packed.stat().st_size / 1e6:.1f} MB  "
+                          f"{len(bundle.manifest['files'])} files, upstream {bundle.manifest['source']['tag']}")
+                return 0
+        options = suites.RunOptions(
+            budget_s=args.budget, budget_scale=args.budget_scale,
+            deadline=started + args.deadline if args.deadline else None,
+            files=tuple(args.file), areas=tuple(args.area), jit_cache=args.jit_cache,
+            pytest_args=tuple(args.pytest_arg),
+        )
+        failed, compared = False, 0
+        for bundle in bundles:
+            report = suites.gate_bundle(bundle, work, options, args.out,
+                                        command=subprocess.list2cmdline(sys.argv))
+            print(suites.markdown(report))
+            failed |= not report["ok"]
+            compared += report["files_compared"]
+    verdict = "FAILED" if failed else ("ok" if compared else "ok, but nothing was compared")
+    print(f"suites: {verdict} ({time.time() - started:.0f} s); reports in {args.out}")
+    return 1 if failed else 0
+
+
+def _repos(values: Sequence[str], projects: Sequence[str]) -> dict[str, pathlib.Path]:
+    """``--repo [PROJECT=]PATH`` values; a bare PATH needs exactly one project."""
+    repos: dict[str, pathlib.Path] = {}
+    for value in values:
+        project, sep, path = value.rpartition("=")
+        if not sep:
+            if len(projects) != 1:
+                raise SuiteError(f"--repo {value}: say which project (--repo PROJECT=PATH) or pass one --project")
+            project = projects[0]
+        repos[project] = pathlib.Path(path).expanduser()
+    return repos
+
 
 # --- integration --------------------------------------------------------------------
 
@@ -340,16 +410,60 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--drop", action="append", default=[], metavar="TOPIC",
                    help="drop this topic of the old series on purpose (repeatable)")
 
+    p = _command(sub, "suites", _suites,
+                 "upstream's own tests from the pinned tag, patched wheel beside pristine")
+    p.description = (
+        "Run upstream's own tests, from the tag pinned in patches/stacks.toml, against the "
+        "patched wheel beside the pristine one; fail on a test that passes pristine and fails "
+        "patched."
+    )
+    p.add_argument("stack", nargs="?", help="a stack of patches/stacks.toml (default sglang-0.5.9)")
+    p.add_argument("--project", action="append", choices=sorted(suites.SELECTIONS),
+                   help="only this project's selection (repeatable; default: every one in the stack)")
+    p.add_argument("--repo", action="append", default=[], metavar="[PROJECT=]PATH",
+                   help="a local clone of upstream (with its tags) instead of GitHub")
+    p.add_argument("--patched", type=pathlib.Path, help="the patched wheel (default: built by the engine)")
+    p.add_argument("--bundle", action="append", type=pathlib.Path, default=[],
+                   help="run a prepared bundle (directory or .tar.xz) instead of preparing one")
+    p.add_argument("--pack", type=pathlib.Path, metavar="DIR",
+                   help="prepare the bundles, write them as DIR/<project>-<version>.tar.xz, run nothing")
+    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("wheels/reports/suites"),
+                   help="where report.md / report.json go (default wheels/reports/suites)")
+    p.add_argument("--work", type=pathlib.Path, help="working directory (default: a temporary one)")
+    p.add_argument("--file", action="append", default=[], help="only files matching (fnmatch)")
+    p.add_argument("--area", action="append", default=[], help="only files whose area contains this")
+    p.add_argument("--budget", type=float, help="seconds per file and install (overrides the table)")
+    p.add_argument("--budget-scale", type=float, default=1.0, help="multiply the table's budgets")
+    p.add_argument("--deadline", type=float, help="seconds for the whole command")
+    p.add_argument("--jit-cache", choices=("auto", "shared", "separate"), default="auto",
+                   help="one JIT cache for both installs when they differ in Python files only (auto)")
+    p.add_argument("--pytest-arg", action="append", default=[], help="extra pytest argument")
+    p.add_argument("--requirements", type=pathlib.Path, metavar="FILE",
+                   help="write the test interpreter's requirements to FILE and exit")
+    p.add_argument("--torch", help="torch version for --requirements (default: the stack's pin)")
+
     p = _command(sub, "integration", _integration,
-                 "sglang on SM120: piecewise on vs off, greedy check, bench report")
+                 "sglang on SM120: the model-family matrix, piecewise on vs off, greedy check, bench report")
     p.add_argument("--stack", required=True, help="stack from patches/stacks.toml, e.g. sglang-0.5.9")
+    cells = p.add_argument_group("matrix (each option repeatable; default: every value)")
+    cells.add_argument("--family", action="append", choices=sorted(families.FAMILIES), help="model family")
+    cells.add_argument("--start-order", action="append", choices=[s.value for s in matrix.StartOrder],
+                       help="default (decode CUDA graphs first) or no-cuda-graph (--disable-cuda-graph)")
+    cells.add_argument("--moe-runner-backend", action="append", choices=matrix.MOE_BACKENDS,
+                       help="MoE families: sglang's MoE runner backend")
+    cells.add_argument("--shared-experts-fusion", action="append", choices=[f.value for f in matrix.Fusion],
+                       help="families with a shared expert: sglang's shared-experts fusion on or off")
     p.add_argument("--model-path", type=pathlib.Path,
-                   help="NVFP4 checkpoint (default: a tiny generated one)")
+                   help="an NVFP4 checkpoint of a known family instead of the generated ones")
     p.add_argument("--wheels-dir", type=pathlib.Path, help="patched wheels (default <repo>/wheels)")
     p.add_argument("--index-url", help="index serving the patched wheels (added to PyPI)")
     p.add_argument("--tp", type=int, default=1, help="tensor parallel size (default 1)")
     p.add_argument("--concurrency", type=_concurrency, default=benchmark.CONCURRENCY,
                    help="bench_serving concurrency levels (default 1,10,256,1024)")
+    p.add_argument("--bench", choices=command.BENCH_CHOICES, default="primary",
+                   help="cells to benchmark: primary (MoE backend auto, fusion on; both start orders), "
+                        "all, none (default primary)")
+    p.add_argument("--skip-bench", action="store_true", help="same as --bench none")
     p.add_argument("--input-len", type=int, default=1024, help="prompt tokens per request")
     p.add_argument("--output-len", type=int, default=256, help="generated tokens per request")
     p.add_argument("--prompts-per-level", type=int, default=2,
@@ -357,14 +471,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=pathlib.Path,
                    help="report dir (default <repo>/wheels/reports/integration)")
     p.add_argument("--work-dir", type=pathlib.Path,
-                   help="venv, checkpoint, logs (default the fp4graph cache)")
-    p.add_argument("--python", default=sys.executable, help="interpreter the venv is made from")
+                   help="venvs, checkpoints (default the fp4graph cache)")
+    p.add_argument("--python", default=sys.executable, help="interpreter the venvs are made from")
     p.add_argument("--sglang-checkout", type=pathlib.Path,
                    help="sglang clone at the pinned tag: also run its piecewise test file")
     p.add_argument("--server-timeout", type=float, default=1800, help="seconds to wait for health")
-    p.add_argument("--skip-bench", action="store_true", help="only the on-vs-off generation check")
     p.add_argument("--server-arg", action="append", default=[], help="extra launch_server argument")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    p.add_argument("--device-check", action="store_true",
+                   help="only check for the SM120 GPUs the run needs (prints the skip line)")
     return top
 
 

@@ -21,6 +21,7 @@ from fp4graph.model import stacks
 from fp4graph.model.config import Settings
 from support.releases import Index, Release, make_release, sha256
 
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CPS = [f"cp3{n}-cp3{n}-manylinux_2_34_x86_64" for n in (10, 11, 12)]
 SGLANG_REQUIRES = [
     "flashinfer_python==9.1.0", "flashinfer_cubin==9.1.0", "torch==2.11.0", "numpy",
@@ -34,8 +35,10 @@ def releases(tmp_path: pathlib.Path) -> list[Release]:
     files = {"python/sglang/__init__.py": "", "python/sglang/_version.py": '__version__ = "9.1.0"\n'}
     return [
         make_release(root, "sglang", "9.1.0", files, requires=SGLANG_REQUIRES, tags=CPS, sdist=False),
-        make_release(root, "flashinfer-python", "9.1.0", {"flashinfer/__init__.py": ""},
-                     requires=["torch", "numpy"]),
+        make_release(root, "flashinfer-python", "9.1.0", {
+            "flashinfer/__init__.py": "",
+            "flashinfer/_build_meta.py": f'__version__ = "9.1.0"\n__git_version__ = "{COMMIT}"\n',
+        }, requires=["torch", "numpy"]),
     ]
 
 
@@ -64,6 +67,9 @@ def test_pin_writes_artifacts_and_stack_keeping_the_file(served: Settings, relea
     assert sglang.sdist is None and sglang.revision == 1
     flashinfer = catalog.artifact("flashinfer-python", "9.1.0")
     assert flashinfer.sdist is not None and flashinfer.sdist.sha256 == sha256(releases[1].sdist)
+    # the commit the wheel records, for nox -s suites (which checks the tag names it)
+    assert flashinfer.source == stacks.SourcePin(repo="flashinfer-ai/flashinfer", tag="v9.1.0", commit=COMMIT)
+    assert sglang.source is None
     assert catalog.stack("sglang-9.1.0") == stacks.Stack(
         name="sglang-9.1.0", artifacts=("sglang==9.1.0", "flashinfer-python==9.1.0"), torch="2.11.0")
     assert result.stack == "sglang-9.1.0" and result.torch == "2.11.0"

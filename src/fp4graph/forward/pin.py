@@ -7,7 +7,10 @@ unless ``--index-url``) and writes, with the index's sha256 of each file:
   CPython of :data:`CPYTHONS` (sglang >= 0.5.11 ships a compiled extension), and the sdist;
 - the same for every project fp4graph patches that the release pins exactly in its own
   wheel METADATA (sglang's ``flashinfer_python==X``), unless already pinned;
-- a ``[[stack]]`` ``<prefix>-<version>`` of those, with the ``torch`` the release pins.
+- a ``[[stack]]`` ``<prefix>-<version>`` of those, with the ``torch`` the release pins;
+- the ``source`` pin (GitHub repo, tag ``v<version>``, commit) where the wheel records the
+  commit it was built from (flashinfer's ``_build_meta.py``); ``nox -s suites`` checks that
+  the tag names that commit before it runs anything.
 
 The file is edited as text: existing lines, comments and order stay as they are; each
 new block goes beside its project's releases in version order.  The result is re-read
@@ -38,7 +41,7 @@ from ..model.config import Settings
 from ..model.errors import ConfigError, FetchError, Fp4graphError
 from ..model.files import write_atomic
 from ..model.log import log
-from ..model.stacks import Artifact, ArtifactFile, Catalog, parse
+from ..model.stacks import Artifact, ArtifactFile, Catalog, SourcePin, parse
 from ..wheels.fetch import IndexFile, fetch, index_files
 
 # The CPythons a stack serves when a release ships per-interpreter wheels (x86_64 Linux).
@@ -208,6 +211,9 @@ def _artifact_block(artifact: Artifact) -> str:
     out.append("]\n")
     if artifact.sdist is not None:
         out.append(f'sdist = {{ filename = "{artifact.sdist.filename}", sha256 = "{artifact.sdist.sha256}" }}\n')
+    if artifact.source is not None:
+        s = artifact.source
+        out.append(f'source = {{ repo = "{s.repo}", tag = "{s.tag}", commit = "{s.commit}" }}\n')
     return "".join(out)
 
 
@@ -253,13 +259,30 @@ def _check_kept(old: Catalog, new: Catalog, where: pathlib.Path) -> None:
 # --- the command -------------------------------------------------------------------------
 
 
+def _source_pin(settings: Settings, project: str, version: str, wheel: ArtifactFile) -> SourcePin | None:
+    """The commit the wheel records it was built from, as a pin of tag v<version>."""
+    entry = projects.get(project)
+    if entry.source_commit is None:
+        return None
+    member, pattern = entry.source_commit
+    with zipfile.ZipFile(fetch(settings, project, wheel)) as zf:
+        try:
+            found = pattern.search(zf.read(member).decode("utf-8", "replace"))
+        except KeyError:
+            found = None
+    if found is None:
+        log(f"pin: {wheel.filename} records no commit in {member}: no source pin")
+        return None
+    return SourcePin(repo=entry.github, tag=f"v{version}", commit=found[1])
+
+
 def _artifact_for(settings: Settings, project: str, version: str) -> tuple[Artifact, list[IndexFile]]:
     where = f"{settings.index_url.rstrip('/')}/{canonicalize_name(project)}/"
     wheels, sdist = release_files(index_files(settings.index_url, project), project, version, where)
     files = tuple(ArtifactFile(filename=f.filename, sha256=str(f.sha256)) for f in wheels)
     sd = ArtifactFile(filename=sdist.filename, sha256=str(sdist.sha256)) if sdist else None
     return Artifact(project=canonicalize_name(project), version=version, revision=1, files=files,
-                    sdist=sd), wheels
+                    sdist=sd, source=_source_pin(settings, project, version, files[0])), wheels
 
 
 def pin(settings: Settings, project: str, version: str, *, stack: bool = True) -> Pinned:

@@ -61,7 +61,7 @@ def wait_healthy(
     process: subprocess.Popen[bytes] | None,
     log: pathlib.Path | None,
     timeout: float,
-    interval: float = 1.0,
+    interval: float = 0.25,
 ) -> float:
     """Poll ``/health`` until 200; return the seconds waited.  Raise if the process dies."""
     start = time.monotonic()

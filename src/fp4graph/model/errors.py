@@ -27,3 +27,7 @@ class BuildError(Fp4graphError):
 
 class PublishError(Fp4graphError):
     """An upload was refused (never overwrite) or failed."""
+
+
+class SuiteError(Fp4graphError):
+    """Upstream's tests could not be fetched, verified, installed or run (verify.suites)."""

@@ -93,6 +93,9 @@ class Project:
     # wheels
     layout: Layout
     version_file: str | None  # the wheel path of the runtime ``__version__``
+    # Where a wheel records the git commit it was built from (wheel path, pattern with the
+    # commit as group 1): `pin` writes it as the artifact's source pin, tag v<version>.
+    source_commit: tuple[str, re.Pattern[str]] | None = None
     required_topics: tuple[RequiredTopic, ...] = ()
     # upstream pull requests
     linked_issues: tuple[str, ...]  # issues every PR links (besides the patch's Bug: lines)
@@ -137,6 +140,7 @@ FLASHINFER = Project(
     stack_prefix="flashinfer",
     layout=Layout(""),
     version_file="flashinfer/_build_meta.py",
+    source_commit=("flashinfer/_build_meta.py", re.compile(r'^__git_version__ = "([0-9a-f]{40})"$', re.M)),
     # What the README promises for every flashinfer series ("What the series cover").
     required_topics=(
         RequiredTopic(name="cuda-version", why="runtime checks read torch.version.cuda, not nvcc"),

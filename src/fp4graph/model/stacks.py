@@ -15,6 +15,8 @@ from packaging.version import InvalidVersion, Version
 from .errors import ConfigError
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+_GITHUB_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -30,6 +32,19 @@ class ArtifactFile:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SourcePin:
+    """The upstream git release of an artifact: GitHub repository, tag, and the tag's commit."""
+
+    repo: str  # owner/name on GitHub
+    tag: str
+    commit: str  # 40 hex digits: `git rev-parse TAG^{commit}`
+
+    @property
+    def url(self) -> str:
+        return f"https://github.com/{self.repo}.git"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Artifact:
     """An upstream release we patch: its wheels (and sdist) and our series revision."""
 
@@ -38,6 +53,7 @@ class Artifact:
     revision: int
     files: tuple[ArtifactFile, ...]
     sdist: ArtifactFile | None = None
+    source: SourcePin | None = None
 
     @property
     def key(self) -> str:
@@ -128,6 +144,26 @@ def _file(raw: Any, where: str, project: str, version: str) -> ArtifactFile:
     return ArtifactFile(filename=filename, sha256=sha256)
 
 
+def _source(raw: Any, where: str, project: str, version: str) -> SourcePin:
+    keys = {"repo", "tag", "commit"}
+    if not isinstance(raw, dict) or set(raw) != keys:
+        raise ConfigError(
+            f"{where}: source needs exactly 'repo', 'tag' and 'commit' "
+            f'(e.g. {{ repo = "owner/name", tag = "v{version}", commit = "<40 hex>" }}), got {raw!r}'
+        )
+    repo, tag, commit = str(raw["repo"]), str(raw["tag"]), str(raw["commit"])
+    if not _GITHUB_REPO.fullmatch(repo):
+        raise ConfigError(f"{where}: source repo must be a GitHub 'owner/name', got {repo!r}")
+    if not tag or tag != tag.strip() or version not in tag:
+        raise ConfigError(f"{where}: source tag {tag!r} does not name {project} {version}")
+    if not _COMMIT.fullmatch(commit):
+        raise ConfigError(
+            f"{where}: source commit of {tag} must be 40 lowercase hex digits "
+            f"(git rev-parse {tag}^{{commit}}), got {commit!r}"
+        )
+    return SourcePin(repo=repo, tag=tag, commit=commit)
+
+
 def parse(data: Mapping[str, Any], source: str = "patches/stacks.toml") -> Catalog:
     artifacts: dict[str, Artifact] = {}
     for i, raw in enumerate(data.get("artifact", [])):
@@ -151,7 +187,10 @@ def parse(data: Mapping[str, Any], source: str = "patches/stacks.toml") -> Catal
         if not files or not all(f.is_wheel for f in files):
             raise ConfigError(f"{where}: 'files' must list the wheels to patch")
         sdist = _file(raw["sdist"], where, project, version) if "sdist" in raw else None
-        artifact = Artifact(project=project, version=version, revision=revision, files=files, sdist=sdist)
+        pin = _source(raw["source"], where, project, version) if "source" in raw else None
+        artifact = Artifact(
+            project=project, version=version, revision=revision, files=files, sdist=sdist, source=pin
+        )
         if artifact.key in artifacts:
             raise ConfigError(f"{where}: {artifact.key} is pinned twice")
         artifacts[artifact.key] = artifact

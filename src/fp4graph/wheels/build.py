@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from .. import __version__
 from ..model import projects
 from ..model.config import Settings
-from ..model.errors import Fp4graphError, PatchError
+from ..model.errors import BuildError, Fp4graphError, PatchError
 from ..model.files import atomic_directory, recover
 from ..model.log import log
 from ..model.series import Series, load_series
@@ -86,6 +86,16 @@ def _build_wheel(
         shutil.rmtree(tree)
         result.with_name(result.name + ".sha256").write_text(sha256_of(result) + "\n")
     return cached / result.name
+
+
+def patched_wheel(settings: Settings, artifact: Artifact, pinned: ArtifactFile) -> pathlib.Path:
+    """The patched wheel of one pinned file, from the build cache or built into it."""
+    series = load_series(settings.patches_dir, artifact.project, artifact.version)
+    if series is None:
+        raise BuildError(f"{artifact.key} has no series in patches/{artifact.project}/{artifact.version}/")
+    settings.cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=settings.cache_dir, prefix=".work-") as work:
+        return _build_wheel(settings, artifact, pinned, series, pathlib.Path(work))
 
 
 def _build_artifact(
