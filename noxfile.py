@@ -64,15 +64,17 @@ def _install_test_env(session: nox.Session, torch: str = TORCH) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Check patches/ (series membership, DEP-3 headers) and our own code (ruff, mypy, layers)."""
+    """Check patches/ (series membership, DEP-3 headers) and our own code (ruff, mypy, layers;
+    the benchmarks: ruff and mypy)."""
     session.install(TORCH)
     session.install(
         "-e", ".", "ruff==0.17.6", "mypy==2.4.1", "import-linter==2.16", "types-PyYAML",
         "safetensors", "tokenizers", "pytest",
     )
     session.run("python", "-m", "fp4graph", "lint")
-    session.run("ruff", "check", "src", "tests", "noxfile.py")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
     session.run("mypy")
+    session.run("mypy", "--config-file", "benchmarks/mypy.ini")
     session.run("lint-imports", "--no-cache")  # pyproject.toml [tool.importlinter]
 
 

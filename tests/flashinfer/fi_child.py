@@ -12,6 +12,7 @@ tensors (``FakeTensorMode``); the device is simulated by :mod:`fp4graph.verify.s
 from __future__ import annotations
 
 import json
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -310,15 +311,48 @@ def trace_all(
     return results
 
 
+def export_all(version: str, only: list[str] | None) -> dict[str, Any]:
+    """torch.export.export of every case, strict (Dynamo) and non-strict (the Python runs
+    as written): ok, and the flashinfer ops in the exported graph."""
+    results: dict[str, Any] = {}
+
+    class Call(torch.nn.Module):
+        def __init__(self, call: Callable[..., Any]) -> None:
+            super().__init__()
+            self.call = call
+
+        def forward(self, *args: Any) -> Any:
+            return self.call(*args)
+
+    for name, entry, build, call in cases(version, CAPABILITY):
+        if only and name not in only:
+            continue
+        for strict in (True, False):
+            rec: dict[str, Any] = {"entry": entry}
+            results[f"{name}|strict={strict}"] = rec
+            torch._dynamo.reset()
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                args = build()
+                try:
+                    with simulate.compiling():
+                        program = torch.export.export(Call(call), args, strict=strict)
+                except Exception as e:
+                    rec["ok"] = False
+                    rec["error"] = f"{type(e).__module__}.{type(e).__name__}: " + (
+                        str(e).splitlines() or [""]
+                    )[0][:300]
+                    continue
+            code = program.graph_module.code
+            rec["ok"] = True
+            rec["ops"] = sorted(set(re.findall(r"torch\.ops\.flashinfer\.(\w+)", code)))
+    return results
+
+
 def _direct_op(entry: str, call: Callable[..., Any], args: tuple) -> Any:
-    """Call the public function with is_compiling() forced on: it dispatches to the op,
-    whose fake runs under the active FakeTensorMode."""
-    real = torch.compiler.is_compiling
-    torch.compiler.is_compiling = lambda: True
-    try:
+    """Call the public function as non-strict torch.export does (_compiling_flag): it
+    forwards to its traced twin, whose op's fake runs under the active FakeTensorMode."""
+    with _compiling_flag():
         return call(*args)
-    finally:
-        torch.compiler.is_compiling = real
 
 
 CAPABILITY: tuple[int, int] = (12, 0)
@@ -574,12 +608,18 @@ def _allclose_float8() -> None:
 
 
 class _compiling_flag:
+    """The state non-strict torch.export traces in (torch._export.utils.
+    _compiling_state_context): torch.compiler.is_compiling() and is_exporting() are
+    True while the Python runs as written.  The series' public functions then forward
+    to the traced twin that torch.compile substitutes for them (utils.trace_as)."""
+
     def __enter__(self) -> None:
-        self.real = torch.compiler.is_compiling
-        torch.compiler.is_compiling = lambda: True
+        self.old = (torch.compiler._is_compiling_flag, torch.compiler._is_exporting_flag)
+        torch.compiler._is_compiling_flag = True
+        torch.compiler._is_exporting_flag = True
 
     def __exit__(self, *exc: Any) -> None:
-        torch.compiler.is_compiling = self.real
+        torch.compiler._is_compiling_flag, torch.compiler._is_exporting_flag = self.old
 
 
 def _cpu_like(t: Any) -> Any:
@@ -769,6 +809,8 @@ def main(request_json: str) -> None:
             res["cases"] = trace_all(
                 req["version"], req["patched"], req["dynamic"], req.get("only")
             )
+        if req["mode"] == "export":
+            res["cases"] = export_all(req["version"], req.get("only"))
         if req["mode"] == "eager":
             stub_jit(req["tmp"])
             res["cases"] = eager_all(req["version"], req.get("only"))

@@ -21,6 +21,8 @@ What is checked, and how:
   metadata must equal the op's fake, including errors (0.6.3's scale-factor
   reshape raises when the padded size is not divisible by K / sf_vec_size), and
   must equal the pristine tree's eager output (eager behaviour unchanged).
+- export: ``torch.export.export`` strict (Dynamo) and non-strict (the Python runs as
+  written) of one case per entry point holds that entry point's op.
 - opcheck: ``torch.library.opcheck`` on CPU tensors, with a CPU kernel registered
   only in the child (the op's real implementation with the module stubbed, outputs
   zeroed): schema (no undeclared mutation/aliasing), autograd registration,
@@ -141,6 +143,35 @@ def test_pristine_fails_the_same_trace(child, version: str, gpu: str) -> None:
             # reaches the module getter (on a CUDA build: Unsupported).
             allowed.add("torch._dynamo.exc.TorchRuntimeError")
         assert rec["error_type"] in allowed, (key, rec)
+
+
+# One case per entry point (and layout family): torch.export is the slower check.
+EXPORT_CASES = [
+    "fp4_quantize-128x4-sf16",
+    "fp4_quantize-colmajor",
+    "nvfp4_quantize-8x4",
+    "mxfp4_quantize",
+    "block_scale_interleave-3d",
+    "nvfp4_block_scale_interleave",
+    "nvfp4_batched_quantize",
+    "scaled_fp4_grouped_quantize",
+    "silu_and_mul_scaled_nvfp4_experts_quantize",
+    "mm_fp4-cutlass",
+    "mm_fp4-auto",
+]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_patched_exports_strict_and_non_strict(child, version: str) -> None:
+    """torch.export as well as torch.compile: strict export traces with Dynamo (the
+    substituted twin), non-strict export runs the Python as written (the public function's
+    is_exporting() test); both graphs hold the entry point's flashinfer op."""
+    cases = child(version, "sm120", True, "export", only=EXPORT_CASES)["cases"]
+    assert len(cases) == 2 * len(EXPORT_CASES), sorted(cases)
+    failures = {k: v for k, v in cases.items() if not v.get("ok")}
+    assert not failures, json.dumps(failures, indent=1)[:4000]
+    for key, rec in cases.items():
+        assert rec["ops"] == [rec["entry"]], (key, rec["ops"])
 
 
 @pytest.mark.parametrize("version", VERSIONS)
