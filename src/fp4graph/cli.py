@@ -166,7 +166,8 @@ def _rebase(args: argparse.Namespace) -> int:
         raise ConfigError(f"{out}: exists; pass --force to replace it or --out elsewhere")
     work = args.work_dir or pathlib.Path(tempfile.mkdtemp(prefix="fp4graph-rebase-"))
     work.mkdir(parents=True, exist_ok=True)
-    results = rebase.rebase(settings, args.project, args.from_version, args.to_version, out, work_dir=work)
+    results = rebase.rebase(settings, args.project, args.from_version, args.to_version, out,
+                            work_dir=work, replace_work=args.force)
     human = [r for r in results if r.status != "carried"]
     for r in results:
         print(f"{r.name}: {r.status}: {r.detail}")
@@ -395,7 +396,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("to_version", help="the pinned version to carry it to (B)")
     p.add_argument("--out", type=pathlib.Path,
                    help="where to write B's series (default patches/<project>/<B>/; refused if it exists)")
-    p.add_argument("--force", action="store_true", help="replace an existing --out")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out and the work repositories of an earlier run")
     p.add_argument("--work-dir", type=pathlib.Path, help="keep the git repositories here")
     _index_options(p)
 

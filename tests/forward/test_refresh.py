@@ -125,6 +125,14 @@ def test_uncommitted_edits_are_refused(settings, tmp_path) -> None:
         refresh.refresh("sglang", "9.0.1", repo, settings.patches_dir / "sglang" / "9.0.1")
 
 
+def test_rebase_keeps_a_resolution_in_progress(settings, tmp_path) -> None:
+    carried(settings, tmp_path)
+    out = settings.patches_dir / "sglang" / "9.0.1"
+    with pytest.raises(ConfigError, match=r"to-9.0.1: exists \(a rebase being resolved\?\).*--force"):
+        rebase.rebase(settings, "sglang", "9.0.0", "9.0.1", out, work_dir=tmp_path / "w")
+    rebase.rebase(settings, "sglang", "9.0.0", "9.0.1", out, work_dir=tmp_path / "w", replace_work=True)
+
+
 def test_a_patch_the_release_has_becomes_a_dropped_line(settings, tmp_path) -> None:
     out = settings.patches_dir / "sglang" / "9.0.2"
     results = rebase.rebase(settings, "sglang", "9.0.0", "9.0.2", out, work_dir=tmp_path / "w", today=DAY)

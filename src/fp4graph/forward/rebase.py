@@ -121,9 +121,12 @@ def rebase(
     *,
     work_dir: pathlib.Path,
     today: datetime.date | None = None,
+    replace_work: bool = False,
 ) -> list[Carried]:
     """Carry ``from_version``'s series onto ``to_version``; write B's series to ``out_dir``
-    (what carried, plus every patch that did not as an ``unresolved`` line)."""
+    (what carried, plus every patch that did not as an ``unresolved`` line).  Work
+    repositories already in ``work_dir`` (a resolution in progress) are refused unless
+    ``replace_work``."""
     today = today or datetime.date.today()
     work_dir.mkdir(parents=True, exist_ok=True)
     catalog = load(settings.stacks_file)
@@ -133,6 +136,12 @@ def rebase(
     series.require_complete(topics=False)
     for name in (f"from-{from_version}", f"to-{to_version}"):
         if (work_dir / name).exists():
+            if name.startswith("to-") and not replace_work:
+                raise ConfigError(
+                    f"{work_dir / name}: exists (a rebase being resolved?); finish it with "
+                    f"`python -m fp4graph refresh {project} {to_version} --work-dir {work_dir}`, "
+                    "or pass --force to start over"
+                )
             shutil.rmtree(work_dir / name)
     old = source_repo(settings, catalog.artifact(project, from_version), work_dir / f"from-{from_version}")
     am_series(old, series)
@@ -154,7 +163,9 @@ def rebase(
         stopped_at = commits.index(head)
         unmerged = git(new.path, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
     carried = git(new.path, "rev-list", "--reverse", f"{new.base}..HEAD").stdout.split()
-    assert len(carried) == stopped_at, (carried, stopped_at)
+    if len(carried) != stopped_at:
+        raise PatchError(f"{new.path}: git rebase carried {len(carried)} commit(s) before stopping "
+                         f"at patch {stopped_at + 1}; inspect the repository")
 
     results: list[Carried] = []
     texts: dict[str, str] = {}
