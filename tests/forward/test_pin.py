@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 import tomllib
+from packaging.version import Version
 
 from fp4graph import cli
 from fp4graph.forward import pin
@@ -74,10 +75,16 @@ def test_pin_writes_artifacts_and_stack_keeping_the_file(served: Settings, relea
         name="sglang-9.1.0", artifacts=("sglang==9.1.0", "flashinfer-python==9.1.0"), torch="2.11.0")
     assert result.stack == "sglang-9.1.0" and result.torch == "2.11.0"
     # each block beside its project's releases, in version order; stacks before flashinfer's
+    # (9.1.0 is newer than every release the repository pins: it goes after the newest)
+    old = stacks.parse(tomllib.loads(before))
+    newest_stack = max((s.name for s in old.stacks if s.name.startswith("sglang-")),
+                       key=lambda n: Version(n.removeprefix("sglang-")))
     names = [s.name for s in catalog.stacks]
-    assert names.index("sglang-9.1.0") == names.index("sglang-0.5.11") + 1
+    assert names.index("sglang-9.1.0") == names.index(newest_stack) + 1
+    newest_flashinfer = max((a for a in old.artifacts.values() if a.project == "flashinfer-python"),
+                            key=lambda a: Version(a.version))
     keys = list(catalog.artifacts)
-    assert keys.index("flashinfer-python==9.1.0") == keys.index("flashinfer-python==0.7.4") + 1
+    assert keys.index("flashinfer-python==9.1.0") == keys.index(newest_flashinfer.key) + 1
     assert "# 9.1.0 ships one wheel per CPython: every one we serve is pinned and repacked on its own." in added
     # a second pin changes nothing
     again = pin.pin(served, "sglang", "9.1.0")

@@ -6,11 +6,12 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
 
-from fp4graph.model.files import atomic_directory, recover, remove_stale, write_atomic
+from fp4graph.model.files import atomic_directory, atomic_file, recover, remove_stale, write_atomic
 
 
 def listing(root: pathlib.Path) -> list[str]:
@@ -112,6 +113,35 @@ def test_a_live_writer_s_staging_is_kept(tmp_path: pathlib.Path) -> None:
             pass
         assert staging.exists()
     assert listing(tmp_path) == ["other", "out", "out/a"]
+
+
+@pytest.mark.parametrize("kind", ["dir", "file"])
+def test_staging_taken_between_creation_and_lock_is_made_again(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Two writers of one destination (parallel test workers, two builds): the second's
+    cleanup can find the first's staging entry created but not yet locked, and remove it."""
+    dest = tmp_path / "out"
+    name = "mkdtemp" if kind == "dir" else "mkstemp"
+    create = getattr(tempfile, name)
+    taken: list[pathlib.Path] = []
+
+    def create_then_race(*args: object, **kwargs: object) -> object:
+        made = create(*args, **kwargs)
+        if not taken:
+            taken.extend(remove_stale(dest))  # the other writer's cleanup runs here
+        return made
+
+    monkeypatch.setattr(tempfile, name, create_then_race)
+    writer = atomic_directory(dest, replace=True) if kind == "dir" else atomic_file(dest)
+    with writer as staging:
+        assert staging.exists() and remove_stale(dest) == []  # ours, and locked
+        if kind == "dir":
+            (staging / "a").write_text("a")
+        else:
+            staging.write_text("a")
+    assert len(taken) == 1 and not taken[0].exists()
+    assert listing(tmp_path) == (["out", "out/a"] if kind == "dir" else ["out"])
 
 
 def test_git_ignores_staging_entries() -> None:

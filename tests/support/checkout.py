@@ -14,14 +14,20 @@ from fp4graph.model import config, projects
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE_PATCHES = REPO / "tests" / "wheels" / "fixtures" / "patches"
+# The engine tests' own catalog (fixed revisions, one stack) and the repository's.
+FIXTURE_STACKS = FIXTURE_PATCHES / "stacks.toml"
+REPOSITORY_STACKS = REPO / "patches" / "stacks.toml"
 # The stack the engine tests build: both projects, small wheels.
 STACK = "sglang-0.5.9"
 
 
-def make_checkout(root: pathlib.Path, cache: pathlib.Path) -> config.Settings:
-    """A minimal checkout at ``root``: stacks.toml, the fixture series, wheels/README."""
+def make_checkout(
+    root: pathlib.Path, cache: pathlib.Path, *, stacks_toml: pathlib.Path = REPOSITORY_STACKS
+) -> config.Settings:
+    """A minimal checkout at ``root``: ``stacks_toml`` (default: the repository's), the
+    fixture series, wheels/README."""
     shutil.copytree(FIXTURE_PATCHES, root / "patches")
-    shutil.copy(REPO / "patches" / "stacks.toml", root / "patches" / "stacks.toml")
+    shutil.copy(stacks_toml, root / "patches" / "stacks.toml")
     (root / "wheels").mkdir()
     shutil.copy(REPO / "wheels" / "README.md", root / "wheels" / "README.md")
     return config.Settings(repo=root, cache_dir=cache)

@@ -38,6 +38,19 @@ def _hold(path: pathlib.Path) -> int | None:
     return fd
 
 
+def _still_there(fd: int, path: pathlib.Path) -> bool:
+    """Whether the locked ``fd`` is still the entry at ``path``.
+
+    A staging entry is created, then locked: in between, another writer's
+    :func:`remove_stale` can take it for a killed writer's and remove it.  Once locked and
+    still in place, it is safe from every remover.
+    """
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except OSError:
+        return False
+
+
 def remove_stale(dest: pathlib.Path) -> list[pathlib.Path]:
     """Remove the staging entries of ``dest`` whose writer is gone; return them."""
     removed = []
@@ -63,10 +76,14 @@ def atomic_file(dest: pathlib.Path) -> Iterator[pathlib.Path]:
     """A locked staging file beside ``dest`` that replaces ``dest`` when the block succeeds."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(dest)
-    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=staging_prefix(dest))
-    tmp = pathlib.Path(name)
-    try:
+    while True:
+        fd, name = tempfile.mkstemp(dir=dest.parent, prefix=staging_prefix(dest))
+        tmp = pathlib.Path(name)
         fcntl.flock(fd, fcntl.LOCK_EX)
+        if _still_there(fd, tmp):
+            break
+        os.close(fd)  # a concurrent remove_stale took it before we locked it
+    try:
         yield tmp
         os.replace(tmp, dest)
     finally:
@@ -94,8 +111,16 @@ def atomic_directory(dest: pathlib.Path, *, replace: bool, mode: int = 0o755) ->
     """
     dest.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(dest)
-    staging = pathlib.Path(tempfile.mkdtemp(dir=dest.parent, prefix=staging_prefix(dest)))
-    fd = _hold(staging)
+    while True:
+        staging = pathlib.Path(tempfile.mkdtemp(dir=dest.parent, prefix=staging_prefix(dest)))
+        try:
+            fd = os.open(staging, os.O_RDONLY)
+        except FileNotFoundError:
+            continue  # a concurrent remove_stale took it before we opened it
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if _still_there(fd, staging):
+            break
+        os.close(fd)  # ... or before we locked it
     try:
         os.chmod(staging, mode)
         yield staging
@@ -107,8 +132,7 @@ def atomic_directory(dest: pathlib.Path, *, replace: bool, mode: int = 0o755) ->
     finally:
         if staging.exists():
             shutil.rmtree(staging)
-        if fd is not None:
-            os.close(fd)
+        os.close(fd)
 
 
 def _backup(dest: pathlib.Path) -> pathlib.Path:
