@@ -13,6 +13,7 @@ padded row count of the trtllm ``gemm2_output``) is rendered as ``"?"``.
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 import traceback
@@ -74,6 +75,20 @@ def meta_matches(real: Any, fake: Any) -> bool:
 Case = tuple[str, str, Callable[[], tuple], Callable[..., Any]]
 
 
+def swiglu_keyword(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The keyword that asks ``fn`` for a SwiGLU activation, as its signature names it:
+    ``activation_type=ActivationType.Swiglu`` (0.6.3 and later), or 0.6.1's
+    ``gated_act_type=GatedActType.SwiGlu`` of the trtllm entry points."""
+    from flashinfer.fused_moe import core
+
+    params = inspect.signature(fn).parameters
+    if "activation_type" in params:
+        return {"activation_type": core.ActivationType.Swiglu}
+    if "gated_act_type" in params:
+        return {"gated_act_type": core.GatedActType.SwiGlu}
+    raise TypeError(f"{fn.__name__}{inspect.signature(fn)} names no activation parameter")
+
+
 def cases(version: str, capability: tuple[int, int]) -> list[Case]:
     """(name, entry point, input builder, call) for every fused-MoE fp4 layout.
 
@@ -81,12 +96,14 @@ def cases(version: str, capability: tuple[int, int]) -> list[Case]:
     the same error; they are not traced.
     """
     from flashinfer.fused_moe import (
-        ActivationType,
         RoutingMethodType,
         cutlass_fused_moe,
         trtllm_fp4_block_scale_moe,
         trtllm_fp4_block_scale_routed_moe,
     )
+
+    # core's: 0.6.1 does not export it from flashinfer.fused_moe.
+    from flashinfer.fused_moe.core import ActivationType
 
     out: list[Case] = []
 
@@ -364,7 +381,9 @@ def cases(version: str, capability: tuple[int, int]) -> list[Case]:
                 routing_method_type=R.Renormalize,
                 no_routing_bias=True,
                 enable_pdl=True,
-                activation_type=ActivationType.Swiglu,
+                **swiglu_keyword(
+                    trtllm_fp4_block_scale_routed_moe if rt else trtllm_fp4_block_scale_moe
+                ),
             ),
         )
         add(
@@ -750,6 +769,7 @@ def forward_all(version: str, only: list[str] | None) -> dict[str, Any]:
             seen.append(dict(bound.arguments))
             raise _Stop
 
+        rec.__signature__ = sig  # type: ignore[attr-defined]  # cases() reads it
         return rec
 
     class _Stop(Exception):
