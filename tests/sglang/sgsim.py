@@ -268,8 +268,12 @@ class MoeBlock(__import__("torch").nn.Module):
 
     ``moe_forward_piecewise_cuda_graph_impl`` is the custom op FusedMoE.forward
     calls under piecewise CUDA graph (its fp4 kernels run inside it, eagerly
-    during capture); ``quantize_hidden_states_fp4`` is the SM120 fp4 call of
-    the FlashInfer TRT-LLM MoE runner, traced here as if compiled in-line.
+    during capture); the hidden-state quantization is the SM120 fp4 call of the
+    FlashInfer TRT-LLM MoE path, traced here as if compiled in-line.  Where the
+    tree has it: the runner's ``quantize_hidden_states_fp4`` (0.5.9 and later),
+    else ``FlashInferFP4MoE._quantize_hidden_states_fp4`` (0.5.8.x, the layer
+    method the runner function came from), called with this block as ``self``:
+    it holds the one layer attribute the method reads.
     """
 
     def __init__(self, hidden: int) -> None:
@@ -281,6 +285,7 @@ class MoeBlock(__import__("torch").nn.Module):
         super().__init__()
         self.gate = fp4_linear(hidden, hidden)
         self.scale = torch.empty(1, dtype=torch.float32, device="cuda")
+        self.w13_input_scale_quant = self.scale  # FlashInferFP4MoE's name (0.5.8.x)
 
     def forward(self, x: Any) -> Any:
         import torch
@@ -290,7 +295,12 @@ class MoeBlock(__import__("torch").nn.Module):
         weights = torch.zeros(h.shape[0], 2, dtype=torch.float32, device=h.device)
         ids = torch.zeros(h.shape[0], 2, dtype=torch.int32, device=h.device)
         moe = torch.ops.sglang.moe_forward_piecewise_cuda_graph_impl(h, weights, ids, h, 0)
-        q, sf = flashinfer_trtllm.quantize_hidden_states_fp4(moe, self.scale)
+        if hasattr(flashinfer_trtllm, "quantize_hidden_states_fp4"):
+            q, sf = flashinfer_trtllm.quantize_hidden_states_fp4(moe, self.scale)
+        else:
+            from sglang.srt.layers.moe.fused_moe_triton import layer
+
+            q, sf = layer.FlashInferFP4MoE._quantize_hidden_states_fp4(self, moe)
         return q
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from support.child import run_python, tail
-from support.targets import sglang_targets
+from support.targets import sglang_targets, versions_with_topic
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -122,11 +122,13 @@ from sglang.srt.layers.moe.fused_moe_triton import layer
 op = fp4_utils.fp4_quantize
 sites = {
     "modelopt_quant.fp4_quantize": modelopt_quant.fp4_quantize,
-    "flashinfer_trtllm.fp4_quantize": flashinfer_trtllm.fp4_quantize,
     "standard.fp4_quantize_flashinfer": standard.fp4_quantize_flashinfer,
 }
-if hasattr(layer, "fp4_quantize"):
-    sites["fused_moe_triton.layer.fp4_quantize"] = layer.fp4_quantize
+# Call sites some releases have: the TRT-LLM MoE runner quantizes since 0.5.9 (0.5.8.x
+# does it in FlashInferFP4MoE), the fused-MoE layer imports it up to 0.5.9.
+for name, module in {"flashinfer_trtllm": flashinfer_trtllm, "fused_moe_triton.layer": layer}.items():
+    if hasattr(module, "fp4_quantize"):
+        sites[name + ".fp4_quantize"] = module.fp4_quantize
 sgsim.report({name: fn is op for name, fn in sites.items()} | {"op": str(op)})
 """
 
@@ -224,9 +226,11 @@ with sgsim.fake_mode():
 """
 
 
-def test_nsa_indexer_does_not_trace_on_0_5_9(wheel_tree: Any) -> None:
-    """Evidence for patch 0003: the 0.5.9 NSA indexer breaks fullgraph in extend mode."""
-    result = run_sim(NSA_INDEXER, *trees_for(wheel_tree, "0.5.9", patched=False))
+@pytest.mark.parametrize("version", versions_with_topic("sglang", "nsa-piecewise-off"))
+def test_nsa_indexer_does_not_trace(wheel_tree: Any, version: str) -> None:
+    """Evidence for the nsa-piecewise-off patch: the pristine NSA indexer of the releases
+    that carry it breaks fullgraph in extend mode."""
+    result = run_sim(NSA_INDEXER, *trees_for(wheel_tree, version, patched=False))
     assert not result["ok"], result
     # seq_lens_cpu.max().item() <= index_topk: a guard on a host value.
     assert "data-dependent" in result["error"] or "item" in result["error"], result
@@ -250,18 +254,22 @@ def runner(arch, index_topk):
     return types.SimpleNamespace(is_draft_worker=False, pp_size=1,
         server_args=types.SimpleNamespace(enable_torch_compile=False),
         model_config=types.SimpleNamespace(hf_config=cfg, hf_text_config=cfg))
-glm5 = ns["can_run_piecewise_cuda_graph"](runner("GlmMoeDsaForCausalLM", 2048))
-glm5_log = list(logged)
+# DeepSeek-V3.2: an NSA architecture of every release with the NSA backend (GLM-5's
+# GlmMoeDsaForCausalLM is one from 0.5.9 on).
+nsa = ns["can_run_piecewise_cuda_graph"](runner("DeepseekV32ForCausalLM", 2048))
+nsa_log = list(logged)
 llama = ns["can_run_piecewise_cuda_graph"](runner("LlamaForCausalLM", None))
-sgsim.report({"glm5": glm5, "glm5_log": glm5_log, "llama": llama, "logs": logged})
+sgsim.report({"nsa": nsa, "nsa_log": nsa_log, "llama": llama, "logs": logged})
 """
 
 
-def test_nsa_models_skip_piecewise_on_0_5_9(wheel_tree: Any) -> None:
-    result = run_sim(NSA_RUNNER, *trees_for(wheel_tree, "0.5.9", patched=True))
-    assert result["glm5"] is False
-    assert len(result["glm5_log"]) == 1 and "NSA" in result["glm5_log"][0], result
-    assert result["llama"] is True and result["logs"] == result["glm5_log"], result
+@pytest.mark.parametrize("version", versions_with_topic("sglang", "nsa-piecewise-off"))
+def test_nsa_models_skip_piecewise(wheel_tree: Any, version: str) -> None:
+    """The series that turn piecewise off for NSA models (Topic: nsa-piecewise-off) do."""
+    result = run_sim(NSA_RUNNER, *trees_for(wheel_tree, version, patched=True))
+    assert result["nsa"] is False
+    assert len(result["nsa_log"]) == 1 and "NSA" in result["nsa_log"][0], result
+    assert result["llama"] is True and result["logs"] == result["nsa_log"], result
 
 
 def test_control_sglang_0_5_12_traces() -> None:
