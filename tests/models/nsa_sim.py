@@ -74,8 +74,19 @@ def prepare() -> None:
     with sgsim.fake_mode():  # the groups allocate device buffers
         _single_process_group()
 
+    import torch
+    from sglang.srt.layers.quantization import modelopt_quant
+
     from fp4graph import simulate
     from sglang.srt.layers.attention.nsa import nsa_indexer
+
+    if hasattr(modelopt_quant, "copy_or_rebind_param"):  # sglang >= 0.5.10
+        # Fake tensors hold no data, and a CUDA build of torch without a driver cannot
+        # run the in-place device copy: rebind the prepared weight instead.
+        def rebind(module: Any, name: str, value: Any) -> None:
+            setattr(module, name, torch.nn.Parameter(value.detach(), requires_grad=False))
+
+        modelopt_quant.copy_or_rebind_param = rebind
 
     # deep_gemm is not importable on a CPU; the indexer reads the SM count at init.
     nsa_indexer.deep_gemm = types.SimpleNamespace(
@@ -169,7 +180,12 @@ def model_runner(arch: str = "GlmMoeDsaForCausalLM") -> Any:
     runner.req_to_token_pool = ReqToTokenPool(
         size=4, max_context_len=4096, device="cuda", enable_memory_saver=False
     )
-    runner.attn_backend = NativeSparseAttnBackend(runner)
+    backend = NativeSparseAttnBackend(runner)
+    # init_forward_metadata runs eagerly before each replay (outside the traced region)
+    # and indexes device tensors with device tensors, which a GPU-less torch cannot do
+    # even on fake tensors; the traced code reads only this field of its result.
+    backend.forward_metadata = types.SimpleNamespace(paged_mqa_schedule_metadata=None)
+    runner.attn_backend = backend
     return runner
 
 
@@ -374,3 +390,166 @@ def _load_nvfp4(layer: Any) -> None:
         layer.quant_method.process_weights_after_loading(layer)
     finally:
         torch.Tensor.cuda = cuda  # type: ignore[method-assign]
+
+
+def trace_block(num_tokens: int, real_tokens: int, arch: str) -> dict[str, Any]:
+    """Trace NsaBlock as PiecewiseCudaGraphRunner compiles it: piecewise mode on, the
+    forward context set (with the indexers where this sglang's context takes them)."""
+    import torch
+    from sglang.srt.compilation.piecewise_context_manager import set_forward_context
+
+    with sgsim.fake_mode(), torch.no_grad():
+        block = NsaBlock()
+        runner = model_runner(arch)
+        batch = forward_batch(num_tokens, runner, real_tokens)
+        extra = {}
+        if "nsa_indexers" in set_forward_context.__code__.co_varnames:
+            extra["nsa_indexers"] = [block.indexer]
+        x = torch.empty(num_tokens, SHAPES["hidden_size"], dtype=torch.bfloat16, device="cuda")
+        with set_forward_context(batch, [block.attn], None, [None], [None], **extra):
+            return sgsim.trace(
+                block, x, batch.positions, batch, dynamic_arg_dims={"x": 0, "positions": 0}
+            )
+
+
+def cpu_kernels_too() -> None:
+    """Register sglang's CUDA-only custom-op bodies for CPU as well (call before
+    importing sglang's layers), so the ops' own Python runs on real CPU tensors."""
+    import torch
+
+    impl = torch.library.Library.impl
+
+    def impl_also_cpu(self: Any, name: Any, fn: Any, dispatch_key: str = "", *a: Any, **k: Any) -> Any:
+        out = impl(self, name, fn, dispatch_key, *a, **k)
+        if dispatch_key == "CUDA" and self.ns == "sglang":
+            impl(self, name, fn, "CPU", *a, **k)
+        return out
+
+    torch.library.Library.impl = impl_also_cpu  # type: ignore[method-assign]
+
+
+def compare_split_op_with_eager() -> dict[str, Any]:
+    """The split-op path against the eager path on real CPU tensors, where the math
+    is plain torch (run after cpu_kernels_too() and prepare()).
+
+    - head gate: sglang.logits_head_gate_pcg against Indexer._get_logits_head_gate's
+      own (uncompiled) body, same weights and inputs;
+    - top-k with padding: what k_cache_and_topk_result hands _get_topk_ragged (the real
+      rows of q, a preallocated padded result) against the eager call on the real rows;
+      deep_gemm.fp8_mqa_logits and the backend's topk_transform are CUDA kernels, here
+      torch references (logits = sum_h relu(q_h . k) * w_h; top-k inside [ks, ke));
+    - attention split op: unified_attention_with_output on a padded batch (the NSA path,
+      topk_indices given) against the backend called on the real rows; the backend is a
+      CPU function of (q, topk_indices) that checks the row counts it is given.
+    """
+    import torch
+    from sglang.srt.compilation.piecewise_context_manager import set_forward_context
+    from sglang.srt.layers.attention.nsa import nsa_indexer
+    from sglang.srt.layers.radix_attention import RadixAttention
+
+    torch.manual_seed(0)
+    s = SHAPES
+    result: dict[str, Any] = {}
+
+    indexer = _indexer(nsa_indexer.Indexer, None)
+    with torch.no_grad():
+        indexer.weights_proj.weight.normal_()
+        x = torch.randn(7, s["hidden_size"], dtype=torch.bfloat16)
+        q_scale = torch.rand(7, s["index_n_heads"], 1)
+        eager = nsa_indexer.Indexer._get_logits_head_gate._torchdynamo_orig_callable(
+            indexer, x, q_scale
+        )
+        op = torch.ops.sglang.logits_head_gate_pcg(
+            x, indexer.weights_proj.weight, s["index_n_heads"] ** -0.5, indexer.softmax_scale, q_scale
+        )
+    result["head_gate"] = {"shape": list(op.shape), "equal": bool(torch.equal(op, eager))}
+
+    # top-k: one request, `real` tokens, padded to `static`.
+    real, static, kv = 5, 8, 3000
+    k = torch.randn(kv, s["index_head_dim"])
+    ks = torch.zeros(real, dtype=torch.int32)
+    ke = torch.arange(kv - real + 1, kv + 1, dtype=torch.int32)
+
+    class Metadata(nsa_indexer.BaseIndexerMetadata):
+        attn_metadata = types.SimpleNamespace(topk_indices_offset=None)
+
+        def get_seqlens_int32(self): return torch.tensor([kv], dtype=torch.int32)
+        def get_page_table_64(self): return torch.zeros(1, kv // 64 + 1, dtype=torch.int32)
+        def get_page_table_1(self): return torch.zeros(1, kv, dtype=torch.int32)
+        def get_seqlens_expanded(self): return ke
+        def get_indexer_kvcache_range(self): return ks, ke
+        def get_indexer_seq_len_cpu(self): return torch.tensor([kv])
+        def get_indexer_seq_len(self): return torch.tensor([kv])
+        def get_nsa_extend_len_cpu(self): return [real]
+        def get_token_to_batch_idx(self): return torch.zeros(real, dtype=torch.int32)
+
+        def topk_transform(self, logits, topk, ks=None, **kwargs):
+            cols = torch.arange(logits.shape[1])
+            masked = logits.masked_fill((cols < ks[:, None]) | (cols >= ke[: len(logits), None]), float("-inf"))
+            values, idx = masked.topk(topk, dim=-1)
+            return torch.where(values == float("-inf"), -1, idx).to(torch.int32)
+
+    def mqa_logits(q, kv_fp8, weights, ks, ke, clean_logits=False):
+        return (torch.relu(torch.einsum("thd,kd->thk", q.float(), kv_fp8[0].float())) * weights[..., None]).sum(1)
+
+    def index_k(layer_id, *args):
+        return k.to(torch.float8_e4m3fn).view(torch.uint8), torch.ones(kv, 4, dtype=torch.uint8)
+
+    pool = types.SimpleNamespace(page_size=64, get_index_k_scale_buffer=index_k)
+    batch = types.SimpleNamespace(
+        forward_mode=types.SimpleNamespace(is_extend_without_speculative=lambda: True),
+        token_to_kv_pool=pool,
+        seq_lens_cpu=torch.tensor([kv]),
+        extend_seq_lens_cpu=torch.tensor([real]),
+        extend_num_tokens=real,
+    )
+    nsa_indexer.deep_gemm = types.SimpleNamespace(fp8_mqa_logits=mqa_logits)
+    indexer.index_topk = 2048
+    q = torch.randn(static, s["index_n_heads"], s["index_head_dim"]).to(torch.float8_e4m3fn)
+    w = torch.rand(static, s["index_n_heads"], 1)
+    ragged = nsa_indexer.Indexer._get_topk_ragged
+    first = ["enable_dual_stream"] if "enable_dual_stream" in ragged.__code__.co_varnames else []
+    lead = [False] if first else []
+    eager_topk = ragged(indexer, *lead, batch, 0, q[:real], w[:real], Metadata())
+    padded = torch.full((static, 2048), -1, dtype=torch.int32)
+    ragged(indexer, *lead, batch, 0, q[:real], w, Metadata(), padded)
+    result["topk"] = {
+        "real_rows_equal": bool(torch.equal(padded[:real], eager_topk)),
+        "padding_rows_minus_one": bool((padded[real:] == -1).all()),
+        "some_selected": int((eager_topk >= 0).sum()),
+    }
+
+    # attention split op with padding.
+    seen = []
+
+    def backend_forward(q, k, v, layer, fb, save_kv_cache, **kw):
+        seen.append([q.shape[0], kw["topk_indices"].shape[0], fb.out_cache_loc.shape[0]])
+        return (q.float() * 2 + kw["topk_indices"][:, :1].float()).to(q.dtype)
+
+    heads, dim = 2, 8
+    layer = RadixAttention(heads, dim, 1.0, num_kv_heads=1, layer_id=0, v_head_dim=dim)
+    backend = types.SimpleNamespace(forward=backend_forward)
+    loc = torch.arange(static)
+    fb = types.SimpleNamespace(
+        attn_backend=backend,
+        out_cache_loc=loc,
+        out_cache_loc_swa=None,
+        token_to_kv_pool=types.SimpleNamespace(),
+        extend_num_tokens=real,
+        num_token_non_padded_cpu=real,
+    )
+    qa = torch.randn(static, heads * dim)
+    topk = torch.randint(0, 100, (static, 2048), dtype=torch.int32)
+    topk[real:] = -1
+    out = torch.zeros(static, heads * dim)
+    with set_forward_context(fb, [layer], None, [None], [None]):
+        torch.ops.sglang.unified_attention_with_output(
+            qa, qa, qa, out, True, 0, q_rope=qa, k_rope=qa, topk_indices=topk
+        )
+    expected = backend_forward(qa[:real], None, None, layer, types.SimpleNamespace(out_cache_loc=loc[:real]), True, topk_indices=topk[:real])
+    result["attention"] = {
+        "rows_seen": seen[0],
+        "real_rows_equal": bool(torch.equal(out[:real], expected)),
+        "out_cache_loc_restored": fb.out_cache_loc is loc,
+    }
+    return result

@@ -1,0 +1,192 @@
+"""GLM-5 / DeepSeek-V3.2 (NSA sparse attention) under sglang's piecewise CUDA graph.
+
+The series' 0003-nsa-piecewise-cuda-graph (a backport of sglang PR #23351) against the
+same series without it, on a simulated SM120 (tests/models/nsa_sim.py lists every
+stand-in).  Each case runs in a fresh interpreter.
+
+- Tracing the NSA block (indexer + attention split op, ModelOpt NVFP4 projections)
+  needs a CUDA build of torch: a CPU build cannot index or slice a fake CUDA tensor.
+  ``nox -s tracing`` runs them under each stack's own (CUDA) torch pin; ``nox -s tests``
+  (CPU torch) skips them with that reason.
+- The split-op-vs-eager comparisons run on real CPU tensors in every session.  What
+  cannot run on a CPU is replaced by torch references there (and named in
+  nsa_sim.compare_split_op_with_eager): the fp8 MQA-logits kernel (deep_gemm), the
+  top-k transform kernel, the index-k cache read (Triton), the attention kernels.  The
+  fp8 k-cache store (act_quant Triton kernel / JIT fused store) is not compared at all.
+- Not simulated: the whole model, the eager forward before compile (warm start; the NSA
+  backend's init_forward_metadata cannot run on fake tensors without a GPU), SM120
+  numerics.  The whole-model rows belong in the models harness.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import textwrap
+from typing import Any
+
+import pytest
+import torch
+
+from support.child import run_python, tail
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+SGSIM = REPO / "tests" / "sglang"
+TOPIC = "0003-nsa-piecewise-cuda-graph.patch"
+
+# sglang version -> the flashinfer-python it pins.
+TARGETS = {"0.5.9": "0.6.3", "0.5.10.post1": "0.6.7.post3", "0.5.11": "0.6.8.post1"}
+ARCHS = ["GlmMoeDsaForCausalLM", "DeepseekV32ForCausalLM"]
+SPLIT_OP = "sglang.k_cache_and_topk_result"
+ATTN_OP = "sglang.unified_attention_with_output"
+FP4_OPS = ("sglang.flashinfer_fp4_quantize", "sglang.fp4_gemm")
+INDEXER_OPS = ("sglang.layernorm", "sglang.hadamard_transform", "sglang.logits_head_gate_pcg")
+
+needs_cuda_torch = pytest.mark.skipif(
+    not torch.backends.cuda.is_built(),
+    reason="a CPU build of torch cannot slice fake CUDA tensors; nox -s tracing runs this",
+)
+
+
+def run_child(body: str, *trees: pathlib.Path) -> dict[str, Any]:
+    code = "import nsa_sim\n" + textwrap.dedent(body)
+    result = run_python(code, path=[*trees, SGSIM, HERE])
+    lines = [line for line in result.stdout.splitlines() if line.startswith("NSA ")]
+    assert lines, tail(result)
+    return json.loads(lines[-1][len("NSA ") :])
+
+
+@pytest.fixture(scope="session")
+def nsa_trees(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``nsa_trees(version, backport)``: [sglang, flashinfer] trees of the patched stack,
+    with or (backport=False) without the NSA topic (the rest of the series applied)."""
+    cache: dict[tuple[str, bool], list[pathlib.Path]] = {}
+
+    def get(version: str, backport: bool) -> list[pathlib.Path]:
+        key = (version, backport)
+        if key not in cache:
+            sglang = wheel_tree("sglang", version, patched=True)
+            if not backport:
+                copy = tmp_path_factory.mktemp(f"sglang-{version}-without-nsa")
+                shutil.copytree(sglang / "sglang", copy / "sglang")
+                patch = REPO / "patches" / "sglang" / version / TOPIC
+                subprocess.run(
+                    ["git", "apply", "-R", "-p2", str(patch)], cwd=copy, check=True
+                )
+                sglang = copy
+            flashinfer = wheel_tree("flashinfer-python", TARGETS[version], patched=True)
+            cache[key] = [sglang, flashinfer]
+        return cache[key]
+
+    return get
+
+
+TRACE = """
+import json
+nsa_sim.prepare()
+print("NSA " + json.dumps(nsa_sim.trace_block({static}, {real}, {arch!r})))
+"""
+
+
+@needs_cuda_torch
+@pytest.mark.parametrize("version", TARGETS)
+def test_without_backport_fails_at_the_indexer(nsa_trees: Any, version: str) -> None:
+    """The fp4 series alone: Dynamo stops at Indexer.forward_cuda's seq_lens_cpu.max().item()."""
+    result = run_child(TRACE.format(static=16, real=16, arch=ARCHS[0]), *nsa_trees(version, False))
+    assert not result["ok"], result
+    assert "Could not guard on data-dependent expression" in result["error"], result
+    assert "<= 2048" in result["error"], result
+    assert "nsa_indexer.py" in result["error_text"], result["error_text"]
+
+
+def assert_nsa_pieces(result: dict[str, Any]) -> None:
+    assert result["ok"], result.get("error_text")
+    assert result["graph_breaks"] == 0, result
+    assert len(result["graphs"]) == 1, result
+    pieces = result["graphs"][0]
+    assert [p["split"] for p in pieces] == [False, True, False, True, False], pieces
+    assert pieces[1]["ops"] == [SPLIT_OP] and pieces[3]["ops"] == [ATTN_OP], pieces
+    captured = [op for p in pieces if not p["split"] for op in p["ops"]]
+    for op in (*FP4_OPS, *INDEXER_OPS):
+        assert op in captured, (op, pieces)
+
+
+@needs_cuda_torch
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("version", TARGETS)
+def test_backport_traces_with_the_indexer_in_a_split_op(nsa_trees: Any, version: str, arch: str) -> None:
+    result = run_child(TRACE.format(static=16, real=16, arch=arch), *nsa_trees(version, True))
+    assert_nsa_pieces(result)
+    assert result["out"] == [[16, 256], "torch.bfloat16"]
+
+
+@needs_cuda_torch
+@pytest.mark.parametrize("version", TARGETS)
+def test_backport_traces_a_padded_replay_batch(nsa_trees: Any, version: str) -> None:
+    """A replay batch: static buffers of 16 tokens, 11 real ones (extend_num_tokens)."""
+    assert_nsa_pieces(run_child(TRACE.format(static=16, real=11, arch=ARCHS[0]), *nsa_trees(version, True)))
+
+
+SCHEMA = """
+import json
+nsa_sim.prepare()
+import torch
+import sglang.srt.layers.radix_attention  # registers the split op
+schema = str(torch.ops.sglang.unified_attention_with_output.default._schema)
+print("NSA " + json.dumps({"schema": schema}))
+"""
+
+
+@pytest.mark.parametrize("version", TARGETS)
+def test_attention_split_op_schema_carries_topk_indices(nsa_trees: Any, version: str) -> None:
+    """Without the backport, RadixAttention's topk_indices=... fails on 0.5.10+:
+    "Unknown keyword argument 'topk_indices' for operator 'sglang::unified_attention_with_output'"."""
+    without = run_child(SCHEMA, *nsa_trees(version, False))["schema"]
+    with_backport = run_child(SCHEMA, *nsa_trees(version, True))["schema"]
+    assert "topk_indices" not in without, without
+    for arg in ("topk_indices", "cos_sin_cache", "is_neox", "llama_4_scaling"):
+        assert arg in with_backport, with_backport
+
+
+COMPARE = """
+import json
+nsa_sim.cpu_kernels_too()
+nsa_sim.prepare()
+print("NSA " + json.dumps(nsa_sim.compare_split_op_with_eager()))
+"""
+
+
+@pytest.mark.parametrize("version", TARGETS)
+def test_split_op_path_computes_what_the_eager_path_computes(nsa_trees: Any, version: str) -> None:
+    result = run_child(COMPARE, *nsa_trees(version, True))
+    assert result["head_gate"] == {"shape": [7, 4, 1], "equal": True}, result
+    topk = result["topk"]
+    assert topk["real_rows_equal"] and topk["padding_rows_minus_one"], result
+    assert topk["some_selected"] > 0, result
+    attention = result["attention"]
+    assert attention["rows_seen"] == [5, 5, 5], result  # q, topk_indices, out_cache_loc
+    assert attention["real_rows_equal"] and attention["out_cache_loc_restored"], result
+
+
+RUNNER = """
+import ast, json, types
+from sglang.srt.model_executor import model_runner
+path = model_runner.__file__
+tree = ast.parse(open(path).read())
+cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelRunner")
+src = ast.get_source_segment(open(path).read(), next(
+    n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "can_run_piecewise_cuda_graph"))
+print("NSA " + json.dumps({"nsa_gate": "is_deepseek_nsa" in src}))
+"""
+
+
+def test_0_5_9_no_longer_turns_piecewise_off_for_nsa_models(nsa_trees: Any) -> None:
+    """0.5.9: --enable-piecewise-cuda-graph is honoured for NSA models (the series'
+    earlier patch made can_run_piecewise_cuda_graph refuse them)."""
+    code = "import nsa_sim\nnsa_sim.sgsim.prepare()\n" + RUNNER
+    result = run_python(code, path=[*nsa_trees("0.5.9", True), SGSIM, HERE])
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("NSA "))
+    assert json.loads(line[4:]) == {"nsa_gate": False}, tail(result)
