@@ -105,7 +105,7 @@ def tracing(session: nox.Session, torch: str) -> None:
     selected = " or ".join(VERSIONS_BY_TORCH[torch])
     session.run(
         "pytest", "-m", "not gpu and not sm120",
-        *(session.posargs or ["tests/flashinfer", "tests/sglang", "-k", selected]),
+        *(session.posargs or ["tests/flashinfer", "tests/sglang", "tests/models", "-k", selected]),
     )
 
 
