@@ -105,13 +105,17 @@ def test_without_backport_fails_at_the_indexer(nsa_trees: Any, version: str) -> 
 def assert_nsa_pieces(result: dict[str, Any]) -> None:
     assert result["ok"], result.get("error_text")
     assert result["graph_breaks"] == 0, result
-    assert len(result["graphs"]) == 1, result
-    pieces = result["graphs"][0]
-    assert [p["split"] for p in pieces] == [False, True, False, True, False], pieces
-    assert pieces[1]["ops"] == [SPLIT_OP] and pieces[3]["ops"] == [ATTN_OP], pieces
-    captured = [op for p in pieces if not p["split"] for op in p["ops"]]
-    for op in (*FP4_OPS, *INDEXER_OPS):
-        assert op in captured, (op, pieces)
+    # One Dynamo graph, or two on a cold start: the first trace fills a cache_once
+    # (sglang.jit_kernel.utils) the rotary embedding reads, and the second call
+    # recompiles on that guard.  sglang's runner allows recompiles; the eager forward
+    # before compile (the default server start) fills it first.
+    assert 1 <= len(result["graphs"]) <= 2, result
+    for pieces in result["graphs"]:
+        assert [p["split"] for p in pieces] == [False, True, False, True, False], pieces
+        assert pieces[1]["ops"] == [SPLIT_OP] and pieces[3]["ops"] == [ATTN_OP], pieces
+        captured = [op for p in pieces if not p["split"] for op in p["ops"]]
+        for op in (*FP4_OPS, *INDEXER_OPS):
+            assert op in captured, (op, pieces)
 
 
 @needs_cuda_torch
