@@ -24,7 +24,7 @@ TORCH = "torch==2.13.0"
 # and the versions each traces; read with our own stacks module (nox brings `packaging`).
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "src"))
-from fp4graph.stacks import load  # noqa: E402
+from fp4graph.model.stacks import load  # noqa: E402
 
 VERSIONS_BY_TORCH = load(HERE / "patches" / "stacks.toml").versions_by_torch()
 STACK_TORCHES = sorted(VERSIONS_BY_TORCH)
@@ -64,12 +64,18 @@ def _install_test_env(session: nox.Session, torch: str = TORCH) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Check patches/ (series membership, DEP-3 headers) and our own code."""
+    """Check patches/ (series membership, DEP-3 headers) and our own code (ruff, mypy, layers;
+    the benchmarks: ruff and mypy)."""
     session.install(TORCH)
-    session.install("-e", ".", "ruff==0.17.6", "mypy==2.4.1", "types-PyYAML", "safetensors", "tokenizers")
+    session.install(
+        "-e", ".", "ruff==0.17.6", "mypy==2.4.1", "import-linter==2.16", "types-PyYAML",
+        "safetensors", "tokenizers", "pytest",
+    )
     session.run("python", "-m", "fp4graph", "lint")
-    session.run("ruff", "check", "src", "tests", "noxfile.py")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
     session.run("mypy")
+    session.run("mypy", "--config-file", "benchmarks/mypy.ini")
+    session.run("lint-imports", "--no-cache")  # pyproject.toml [tool.importlinter]
 
 
 @nox.session
@@ -100,12 +106,13 @@ def publish(session: nox.Session) -> None:
 @nox.parametrize("torch", STACK_TORCHES)
 def tracing(session: nox.Session, torch: str) -> None:
     """The SM120 simulation under each stack's own torch pin (CUDA wheels from PyPI),
-    for the versions of the stacks that pin it."""
+    for the versions of the stacks that pin it; whole models: the full matrix."""
     _install_test_env(session, f"torch=={torch}")
     selected = " or ".join(VERSIONS_BY_TORCH[torch])
     session.run(
         "pytest", "-m", "not gpu and not sm120",
         *(session.posargs or ["tests/flashinfer", "tests/sglang", "tests/models", "-k", selected]),
+        env={"FP4GRAPH_MODELS": "full"},
     )
 
 
@@ -115,6 +122,23 @@ def gpu(session: nox.Session) -> None:
     stack = _stack(session)
     _install_patched(session, stack, project="flashinfer-python")
     session.run("pytest", "-m", "gpu", *(session.posargs or ["tests/gpu"]))
+
+
+@nox.session(default=False)
+def suites(session: nox.Session) -> None:
+    """Upstream's own tests from the pinned tag, patched wheel beside pristine (FlashInfer on a GPU;
+    sglang's CPU unit tests). Usage: nox -s suites -- [STACK] [--repo PATH] [--project P] ..."""
+    session.install("-e", ".")
+    args = list(session.posargs)
+    if not args or args[0].startswith("-"):
+        args.insert(0, _stack(session))
+    session.run("git", "rev-parse", "HEAD", external=True, success_codes=[0, 128])
+    if "--bundle" not in args:
+        requirements = pathlib.Path(session.create_tmp()) / "suites-requirements.txt"
+        session.run("python", "-m", "fp4graph", "suites", *args, "--requirements", str(requirements))
+        session.install("-r", str(requirements))
+    session.run("python", "-m", "pip", "list", "--format=freeze")
+    session.run("python", "-m", "fp4graph", "suites", *args)
 
 
 @nox.session(default=False)
@@ -133,17 +157,18 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def integration(session: nox.Session) -> None:
-    """SM120: sglang with piecewise CUDA graphs on and off; greedy outputs, throughput table."""
+    """SM120: every model family under sglang, piecewise CUDA graphs on vs off (crashes,
+    greedy outputs, throughput); skips without SM120 GPUs."""
     session.install("-e", ".")
     session.run("git", "rev-parse", "HEAD", external=True, success_codes=[0, 128])
     # A later --stack in posargs wins over FP4GRAPH_STACK.
-    out = session.run(
-        "python", "-m", "fp4graph", "integration", "--stack", _stack(session), *session.posargs,
-        silent=True,
-    )
-    print(out)
-    if out and "integration: SKIPPED:" in out:
-        session.skip(out.split("integration: SKIPPED:", 1)[1].strip().splitlines()[0])
+    command = ["python", "-m", "fp4graph", "integration", "--stack", _stack(session), *session.posargs]
+    if "--dry-run" not in session.posargs:
+        check = session.run(*command, "--device-check", silent=True) or ""
+        print(check, end="")
+        if "integration: SKIPPED:" in check:
+            session.skip(check.split("integration: SKIPPED:", 1)[1].strip().splitlines()[0])
+    session.run(*command)
 
 
 @nox.session(default=False)

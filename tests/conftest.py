@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from fp4graph import config, trees
+from fp4graph.model import config
+from fp4graph.wheels import trees
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

@@ -6,21 +6,23 @@ line prefixed with ``RESULT:`` on stdout.  One child runs many cases: importing
 flashinfer and warming Dynamo up costs most of a child's time.
 
 Each case is ``(name, entry point, input builder, call)``.  Inputs are fake CUDA
-tensors (``FakeTensorMode``); the device is simulated by :mod:`fp4graph.simulate`.
+tensors (``FakeTensorMode``); the device is simulated by :mod:`fp4graph.verify.simulate`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import traceback
+import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from fp4graph import simulate
+from fp4graph.verify import simulate
 
 BF16 = torch.bfloat16
 
@@ -310,15 +312,48 @@ def trace_all(
     return results
 
 
+def export_all(version: str, only: list[str] | None) -> dict[str, Any]:
+    """torch.export.export of every case, strict (Dynamo) and non-strict (the Python runs
+    as written): ok, and the flashinfer ops in the exported graph."""
+    results: dict[str, Any] = {}
+
+    class Call(torch.nn.Module):
+        def __init__(self, call: Callable[..., Any]) -> None:
+            super().__init__()
+            self.call = call
+
+        def forward(self, *args: Any) -> Any:
+            return self.call(*args)
+
+    for name, entry, build, call in cases(version, CAPABILITY):
+        if only and name not in only:
+            continue
+        for strict in (True, False):
+            rec: dict[str, Any] = {"entry": entry}
+            results[f"{name}|strict={strict}"] = rec
+            torch._dynamo.reset()
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                args = build()
+                try:
+                    with simulate.compiling():
+                        program = torch.export.export(Call(call), args, strict=strict)
+                except Exception as e:
+                    rec["ok"] = False
+                    rec["error"] = f"{type(e).__module__}.{type(e).__name__}: " + (
+                        str(e).splitlines() or [""]
+                    )[0][:300]
+                    continue
+            code = program.graph_module.code
+            rec["ok"] = True
+            rec["ops"] = sorted(set(re.findall(r"torch\.ops\.flashinfer\.(\w+)", code)))
+    return results
+
+
 def _direct_op(entry: str, call: Callable[..., Any], args: tuple) -> Any:
-    """Call the public function with is_compiling() forced on: it dispatches to the op,
-    whose fake runs under the active FakeTensorMode."""
-    real = torch.compiler.is_compiling
-    torch.compiler.is_compiling = lambda: True
-    try:
+    """Call the public function as non-strict torch.export does (_compiling_flag): it
+    forwards to its traced twin, whose op's fake runs under the active FakeTensorMode."""
+    with _compiling_flag():
         return call(*args)
-    finally:
-        torch.compiler.is_compiling = real
 
 
 CAPABILITY: tuple[int, int] = (12, 0)
@@ -340,6 +375,65 @@ def _plain_scratch_buffer(
 ) -> torch.Tensor:
     alloc = torch.zeros if zero_init else torch.empty
     return alloc(num_bytes, dtype=torch.uint8, device=device)
+
+
+class _CudnnObject:
+    """Whatever cuDNN's graph API returns: graphs, tensors, handles, enum values.
+
+    Every call and attribute gives another one; a graph needs no workspace and has
+    one execution plan; executing it does nothing (FlashInfer's kernels fill no
+    outputs on CPU either)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _CudnnObject()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _CudnnObject()
+
+    def __enter__(self) -> tuple[Any, Any]:
+        return _CudnnObject(), None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def get_workspace_size(self) -> int:
+        return 0
+
+    def get_execution_plan_count(self) -> int:
+        return 1
+
+
+class _CudnnFrontend(types.ModuleType):
+    """cuDNN's Python frontend (nvidia-cudnn-frontend, a compiled module that needs
+    libcudnn and a GPU), as FlashInfer's cuDNN fp4 GEMM path uses it."""
+
+    __version__ = "1.16.0"
+
+    def __init__(self) -> None:
+        super().__init__("cudnn")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _CudnnObject()
+
+    @staticmethod
+    def backend_version() -> int:
+        return 91600
+
+    @staticmethod
+    def graph(*args: Any, **kwargs: Any) -> _CudnnObject:
+        return _CudnnObject()
+
+
+def stub_cudnn() -> None:
+    """Make FlashInfer's GEMMs find cuDNN (the :class:`_CudnnFrontend` stand-in)."""
+    from flashinfer.gemm import gemm_base
+
+    gemm_base.cudnn = _CudnnFrontend()
+    gemm_base.CUDNN_AVAILABLE = True
 
 
 def stub_jit(tmp: str, module: Callable[[], Any] = _StubModule) -> list[str]:
@@ -574,12 +668,18 @@ def _allclose_float8() -> None:
 
 
 class _compiling_flag:
+    """The state non-strict torch.export traces in (torch._export.utils.
+    _compiling_state_context): torch.compiler.is_compiling() and is_exporting() are
+    True while the Python runs as written.  The series' public functions then forward
+    to the traced twin that torch.compile substitutes for them (utils.trace_as)."""
+
     def __enter__(self) -> None:
-        self.real = torch.compiler.is_compiling
-        torch.compiler.is_compiling = lambda: True
+        self.old = (torch.compiler._is_compiling_flag, torch.compiler._is_exporting_flag)
+        torch.compiler._is_compiling_flag = True
+        torch.compiler._is_exporting_flag = True
 
     def __exit__(self, *exc: Any) -> None:
-        torch.compiler.is_compiling = self.real
+        torch.compiler._is_compiling_flag, torch.compiler._is_exporting_flag = self.old
 
 
 def _cpu_like(t: Any) -> Any:
@@ -636,7 +736,7 @@ def _fake_cuda_like(t: Any) -> Any:
 def _quoted_module(msg: str) -> str | None:
     import re
 
-    m = re.search(r"FlashInfer JIT module '([^']+)'", msg)
+    m = re.search(r"FlashInfer JIT (?:module|build step) '([^']+)'", msg)
     return m.group(1) if m else None
 
 
@@ -708,7 +808,7 @@ def jit_error_check() -> dict[str, Any]:
                 msg = f"{type(e).__module__}.{type(e).__name__}: {e}"
         out[f"traced-nvcc={nvcc_override}"] = {
             "error": msg.splitlines()[0][:200],
-            "names_warmup": "flashinfer.fp4_warmup(device)" in msg,
+            "message": _jit_message(msg),
             "module": _quoted_module(msg),
         }
     with _compiling_flag():
@@ -716,8 +816,48 @@ def jit_error_check() -> dict[str, Any]:
             get_fp4_quantization_module.__wrapped__(arch)
             out["flag"] = "no error"
         except Exception as e:
-            out["flag"] = f"{type(e).__module__}.{type(e).__name__}: {e}"[:600]
+            out["flag"] = f"{type(e).__module__}.{type(e).__name__}: {e}"[:1200]
             out["flag_module"] = _quoted_module(str(e))
+    return out
+
+
+def _jit_message(msg: str) -> str:
+    """The JIT guard's own message inside what Dynamo raised around it."""
+    start = msg.find("FlashInfer JIT")
+    return msg[start : start + 1200] if start >= 0 else msg[:1200]
+
+
+def _clear_module_getters() -> None:
+    """Forget every cached JIT module getter, as in a fresh process."""
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("flashinfer") or mod is None:
+            continue
+        for attr in list(vars(mod).values()):
+            # get_*_module and their private _get_*_module_impl (0.7.x).
+            name_ = getattr(attr, "__name__", "")
+            if callable(getattr(attr, "cache_clear", None)) and "get_" in name_ and "module" in name_:
+                attr.cache_clear()
+
+
+def select_check(built: list[str]) -> dict[str, Any]:
+    """fp4_warmup(modules=[kind]) for each kind, from cold getters: what it builds,
+    and the kind the JIT guard names for each module built."""
+    import flashinfer
+    from flashinfer.jit.utils import fp4_warmup_kind
+
+    warmup_module = sys.modules[flashinfer.fp4_warmup.__module__]
+    out: dict[str, Any] = {}
+    for kind in warmup_module.FP4_MODULE_KINDS:
+        _clear_module_getters()
+        del built[:]
+        try:
+            names = flashinfer.fp4_warmup(torch.device("cuda", 0), modules=[kind])
+        except Exception as e:
+            out[kind] = {"error": f"{type(e).__name__}: {e}"}
+            continue
+        out[kind] = {"names": names, "built": list(built), "kinds": [fp4_warmup_kind(n) for n in built]}
+    _clear_module_getters()
+    del built[:]
     return out
 
 
@@ -769,6 +909,8 @@ def main(request_json: str) -> None:
             res["cases"] = trace_all(
                 req["version"], req["patched"], req["dynamic"], req.get("only")
             )
+        if req["mode"] == "export":
+            res["cases"] = export_all(req["version"], req.get("only"))
         if req["mode"] == "eager":
             stub_jit(req["tmp"])
             res["cases"] = eager_all(req["version"], req.get("only"))
@@ -777,6 +919,7 @@ def main(request_json: str) -> None:
             res["cases"] = opcheck_all(req["version"], req.get("only"))
         if req["mode"] == "warmup":
             built = stub_jit(req["tmp"])
+            res["select"] = select_check(built)
             names = flashinfer.fp4_warmup(torch.device("cuda", 0))
             again = flashinfer.fp4_warmup()
             res["warmup"] = {"names": names, "built": list(built), "again": again}

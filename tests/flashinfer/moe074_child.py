@@ -23,7 +23,7 @@ import torch
 from fi_child import cuda
 from moe_child import BF16, F8, F32, I32, U8, Case
 
-from fp4graph import simulate
+from fp4graph.verify import simulate
 
 T, H, INTER, E, K = 40, 512, 256, 16, 4  # tokens, hidden, intermediate, experts, top-k
 

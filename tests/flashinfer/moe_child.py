@@ -25,7 +25,7 @@ from fi_child import _compiling_flag, cuda
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from fp4graph import simulate
+from fp4graph.verify import simulate
 
 BF16 = torch.bfloat16
 U8 = torch.uint8
@@ -679,7 +679,7 @@ def eager_all(version: str, only: list[str] | None) -> dict[str, Any]:
 
 def eager_cases(case_list: list[Case]) -> dict[str, Any]:
     """Each case's public function run eagerly (kernels stubbed) under FakeTensorMode,
-    and the op's fake (the public function with is_compiling() forced on)."""
+    and the op's fake (the public function as non-strict torch.export runs it)."""
     results: dict[str, Any] = {}
     patched = _has_op("cutlass_fused_moe")
     for name, entry, build, call in case_list:

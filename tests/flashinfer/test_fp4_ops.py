@@ -21,14 +21,18 @@ What is checked, and how:
   metadata must equal the op's fake, including errors (0.6.3's scale-factor
   reshape raises when the padded size is not divisible by K / sf_vec_size), and
   must equal the pristine tree's eager output (eager behaviour unchanged).
+- export: ``torch.export.export`` strict (Dynamo) and non-strict (the Python runs as
+  written) of one case per entry point holds that entry point's op.
 - opcheck: ``torch.library.opcheck`` on CPU tensors, with a CPU kernel registered
   only in the child (the op's real implementation with the module stubbed, outputs
   zeroed): schema (no undeclared mutation/aliasing), autograd registration,
   fake tensor vs the real Python wrapper, AOT dispatch with dynamic shapes.  Not
   checked on CPU: kernel numerics (GPU tests).
 - warmup: ``flashinfer.fp4_warmup`` resolves every fp4 module for the device (the
-  nvcc/ninja build and the dlopen are stubbed); reaching a module getter while
-  Dynamo traces raises the RuntimeError that names the module and fp4_warmup.
+  nvcc/ninja build and the dlopen are stubbed), ``modules=[kind]`` exactly the
+  modules of that kind; reaching a module getter while Dynamo traces raises the
+  RuntimeError that names the module and the ``fp4_warmup(modules=[...])`` call
+  that builds it.
 """
 
 from __future__ import annotations
@@ -143,6 +147,35 @@ def test_pristine_fails_the_same_trace(child, version: str, gpu: str) -> None:
         assert rec["error_type"] in allowed, (key, rec)
 
 
+# One case per entry point (and layout family): torch.export is the slower check.
+EXPORT_CASES = [
+    "fp4_quantize-128x4-sf16",
+    "fp4_quantize-colmajor",
+    "nvfp4_quantize-8x4",
+    "mxfp4_quantize",
+    "block_scale_interleave-3d",
+    "nvfp4_block_scale_interleave",
+    "nvfp4_batched_quantize",
+    "scaled_fp4_grouped_quantize",
+    "silu_and_mul_scaled_nvfp4_experts_quantize",
+    "mm_fp4-cutlass",
+    "mm_fp4-auto",
+]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_patched_exports_strict_and_non_strict(child, version: str) -> None:
+    """torch.export as well as torch.compile: strict export traces with Dynamo (the
+    substituted twin), non-strict export runs the Python as written (the public function's
+    is_exporting() test); both graphs hold the entry point's flashinfer op."""
+    cases = child(version, "sm120", True, "export", only=EXPORT_CASES)["cases"]
+    assert len(cases) == 2 * len(EXPORT_CASES), sorted(cases)
+    failures = {k: v for k, v in cases.items() if not v.get("ok")}
+    assert not failures, json.dumps(failures, indent=1)[:4000]
+    for key, rec in cases.items():
+        assert rec["ops"] == [rec["entry"]], (key, rec["ops"])
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_trace_with_api_logging(child, version: str) -> None:
     """FLASHINFER_LOGLEVEL >= 1 wraps every API in a logger (datetime.now())."""
@@ -207,11 +240,37 @@ def test_warmup_and_clear_jit_error(child, version: str, gpu: str) -> None:
     # A second warm-up loads nothing new and reports the cached getters.
     assert len(warm["again"]) == len(names)
     err = data["jit_error"]
+    advice = "flashinfer.fp4_warmup(device, modules=['quantization'])"
     assert err["flag_module"] in (f"fp4_quantization_{arch}", fp4_module), err
-    assert "flashinfer.fp4_warmup(device)" in err["flag"]
-    for key in ("traced-nvcc=None", "traced-nvcc=12.8"):
-        assert err[key]["names_warmup"], err[key]
-        assert err[key]["module"], err[key]
+    assert advice in err["flag"], err["flag"]
+    # nvcc 12.8 given: the trace reaches the module's spec; unset: nvcc --version first.
+    traced = err["traced-nvcc=12.8"]
+    assert traced["module"] == f"fp4_quantization_{arch}", traced
+    assert advice in traced["message"], traced
+    assert "building it first does not help" in traced["message"], traced
+    step = err["traced-nvcc=None"]
+    assert step["module"] == "nvcc --version", step
+    assert "It runs while a JIT module is being built" in step["message"], step
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_warmup_builds_the_selected_kinds_only(child, version: str, gpu: str) -> None:
+    data = child(version, gpu, True, "warmup")
+    select, everything = data["select"], data["warmup"]["names"]
+    available = {kind: rec for kind, rec in select.items() if "names" in rec}
+    # trtllm kinds exist on SM10x only; elsewhere asking for them is an error.
+    expected = set(select) if gpu == "sm100" else set(select) - {"gemm_trtllm", "moe_trtllm"}
+    assert set(available) == expected, select
+    for kind, rec in select.items():
+        if kind not in available:
+            assert rec["error"].startswith("ValueError") and "no module on SM" in rec["error"], rec
+            continue
+        # One module per kind, built from cold, named by the guard as that kind.
+        assert rec["names"] == rec["built"] and len(rec["built"]) == 1, (kind, rec)
+        assert rec["kinds"] == [kind], (kind, rec)
+    # Together, the kinds are exactly what the no-argument warm-up builds.
+    assert sorted(n for rec in available.values() for n in rec["built"]) == sorted(everything)
 
 
 @pytest.mark.parametrize("gpu", GPUS)

@@ -7,8 +7,10 @@ Run with the patched flashinfer installed in the environment (``nox -s gpu``)::
 What is checked:
 
 - ``flashinfer.fp4_warmup(device)`` JIT-builds and loads the fp4 modules; a second call
-  is cheap; capturing an fp4 op in a CUDA graph in a fresh process without the warm-up
-  raises the RuntimeError that names ``fp4_warmup``.
+  is cheap; ``modules=["quantization"]`` loads that kind only, a kind the device lacks
+  raises ValueError; capturing an fp4 op in a CUDA graph in a fresh process without the
+  warm-up raises the RuntimeError that names the module and
+  ``fp4_warmup(device, modules=['quantization'])``.
 - Each public fp4 entry point (and layout) inside a small block compiled with
   ``torch.compile(fullgraph=True, mode="reduce-overhead")``: the graph is captured and
   replayed (no cudagraph skips, static output addresses, the bf16 part of the block
@@ -17,13 +19,14 @@ What is checked:
 - The eager public call captured in a plain ``torch.cuda.CUDAGraph`` after warm-up
   (what sglang's piecewise runner does for the pieces it runs eagerly).
 - Numerics, only on SM100 and newer: eager == compiled bitwise, and both equal to the
-  pure-PyTorch reference (``fp4graph.fp4ref``) within e2m1 rounding.  Below SM100 the
+  pure-PyTorch reference (``fp4graph.verify.nvfp4``) within e2m1 rounding.  Below SM100 the
   fp4 kernels are compiled out (``#if __CUDA_ARCH__ >= 1000``), their outputs are
   uninitialised memory, and these tests skip saying so.
 """
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 import textwrap
@@ -40,7 +43,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU (nox -s gpu)", allow_module_level=True)
 flashinfer = pytest.importorskip("flashinfer")
 
-from fp4graph import fp4ref  # noqa: E402
+from fp4graph.verify import nvfp4 as fp4ref  # noqa: E402
 
 CAP = torch.cuda.get_device_capability()
 SM100 = CAP[0] >= 10
@@ -79,6 +82,18 @@ def test_warmup_builds_and_loads_the_fp4_modules(fi: Any, warm: list[str]) -> No
     assert isinstance(again, list)
 
 
+def test_warmup_selects_module_kinds(fi: Any, warm: list[str]) -> None:
+    if "modules" not in inspect.signature(fi.fp4_warmup).parameters:
+        pytest.fail(f"flashinfer {fi.__version__} has no fp4_warmup(modules=...): an older fp4graph build")
+    quant = fi.fp4_warmup(DEV, modules=["quantization"])
+    # Loaded by the `warm` fixture already: listed by its getter.
+    assert len(quant) == 1 and "quantization" in quant[0], quant
+    assert fi.fp4_warmup(DEV, modules=[]) == []
+    if CAP[0] not in (10, 11, 12):
+        with pytest.raises(ValueError, match="moe_cutlass"):
+            fi.fp4_warmup(DEV, modules=["moe_cutlass"])
+
+
 def test_capture_without_warmup_raises_a_clear_error(fi: Any) -> None:
     code = textwrap.dedent(
         """
@@ -100,7 +115,7 @@ def test_capture_without_warmup_raises_a_clear_error(fi: Any) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert "RAISED" in proc.stdout, out[-3000:]
-    assert "fp4_warmup" in proc.stdout, out[-3000:]
+    assert "fp4_warmup(device, modules=['quantization'])" in proc.stdout, out[-3000:]
 
 
 # --------------------------------------------------------------------------------------

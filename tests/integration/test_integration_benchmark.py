@@ -1,4 +1,4 @@
-"""bench_serving output parsing and the on-vs-off report."""
+"""bench_serving output parsing and the on-vs-off table."""
 
 from __future__ import annotations
 
@@ -65,25 +65,22 @@ def test_labels_and_keys_are_that_versions(wheel_tree, version: str) -> None:
     assert "Serving Benchmark Result" in source
 
 
-def _metrics(out: float, itl: float) -> benchmark.BenchMetrics:
+def metrics(out: float, itl: float) -> benchmark.BenchMetrics:
     return benchmark.BenchMetrics(
         completed=8, output_throughput=out, total_throughput=out * 2,
         mean_ttft_ms=10.0, median_ttft_ms=9.0, mean_itl_ms=itl, median_itl_ms=itl,
     )
 
 
-def test_report_ratios_and_files(tmp_path: pathlib.Path) -> None:
+def test_ratios_and_table() -> None:
     rows = [
-        benchmark.Row(concurrency=1, on=_metrics(300.0, 2.0), off=_metrics(100.0, 6.0)),
-        benchmark.Row(concurrency=1024, on=None, off=_metrics(1520.0, 50.0)),
+        benchmark.Row(concurrency=1, on=metrics(300.0, 2.0), off=metrics(100.0, 6.0)),
+        benchmark.Row(concurrency=1024, on=None, off=metrics(1520.0, 50.0)),
     ]
-    md, js = benchmark.write_report(tmp_path / "out", rows, {"stack": "sglang-0.5.9", "tp": 8})
-    data = json.loads(js.read_text())
-    assert data["stack"] == "sglang-0.5.9"
-    assert data["rows"][0]["ratio_on_off"]["output_throughput"] == pytest.approx(3.0)
-    assert data["rows"][0]["ratio_on_off"]["mean_itl_ms"] == pytest.approx(1 / 3)
-    assert data["rows"][1]["on"] is None and data["rows"][1]["ratio_on_off"]["total_throughput"] is None
-    text = md.read_text()
+    data = benchmark.rows_json(rows)
+    assert data[0]["ratio_on_off"]["output_throughput"] == pytest.approx(3.0)
+    assert data[0]["ratio_on_off"]["mean_itl_ms"] == pytest.approx(1 / 3)
+    assert data[1]["on"] is None and data[1]["ratio_on_off"]["total_throughput"] is None
+    text = "\n".join(benchmark.throughput_table(rows))
     assert "| 1 | 300.00 | 100.00 | 3.000 |" in text
     assert "| 1024 | - | 1,520.00 | - |" in text
-    assert not list((tmp_path / "out").glob("*.tmp"))

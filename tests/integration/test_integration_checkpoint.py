@@ -1,25 +1,27 @@
-"""The tiny NVFP4 checkpoint: its quantization round-trips, and sglang's own loader takes it.
+"""The tiny NVFP4 checkpoints: what ModelOpt would write per family, and sglang loads them.
 
-The sglang check runs sglang's ``get_quant_config`` (both the config.json and the
-hf_quant_config.json routes), builds the Llama linears (fused QKV / gate-up, row-parallel o /
-down) with ``ModelOptFp4LinearMethod.create_weights``, and feeds every tensor of a layer to the
-parameters' own ``weight_loader`` the way ``LlamaForCausalLM.load_weights`` maps names.
+The sglang check (slow) runs each stack's patched sglang on the CPU (sglang_load.py): its
+``ModelConfig`` parses the checkpoint's config and quantization config, its model loader
+builds the family's model class with ``ModelOptFp4Config`` and feeds the safetensors
+through the model's own ``load_weights``; every parameter must be written from the
+checkpoint, with the NVFP4 bytes and block scales adding up to the checkpoint's.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import pathlib
+from typing import Any
 
 import pytest
 import torch
-from sglang_cpu import PRELUDE, SGSIM_DIR
+from matrix_cells import STACK_IDS, load_combinations
+from safetensors.torch import load_file
 
-from fp4graph.integration import checkpoint
-from support.child import run_python, tail
-
-SMALL = checkpoint.TinyLlama(num_layers=1, hidden_size=256, intermediate_size=512, num_heads=2,
-                             num_kv_heads=1, head_dim=128)
+from fp4graph.integration import checkpoint, families
+from fp4graph.integration.families import FAMILIES, Role, Size
+from fp4graph.integration.matrix import Fusion
 
 
 def test_quantize_round_trip() -> None:
@@ -37,121 +39,104 @@ def test_quantize_round_trip() -> None:
     assert err.mean() / w.abs().mean() < 0.15
 
 
-def test_state_dict_names_shapes_and_shared_scales() -> None:
-    sd = checkpoint.state_dict(SMALL)
-    p = "model.layers.0"
-    assert sd[f"{p}.self_attn.k_proj.weight"].shape == (128, 128)
-    assert sd[f"{p}.mlp.down_proj.weight_scale"].shape == (256, 32)
-    assert sd["lm_head.weight"].dtype == torch.bfloat16  # excluded from quantization
-    for group in checkpoint.FUSED_GROUPS:
-        scales = {sd[f"{p}.{name}.weight_scale_2"].item() for name in group}
-        assert len(scales) == 1, f"{group}: sglang keeps one weight_scale_2 for the fused linear"
-    quantized = [n for n in sd if n.endswith(".weight_scale_2")]
-    assert len(quantized) == 7 and all(n.replace("_2", "").replace(".weight_scale", ".input_scale") in sd
-                                       for n in quantized)
+def test_batched_quantization_is_per_tensor() -> None:
+    """One batched call equals quantizing each tensor with its own amax."""
+    gen = torch.Generator().manual_seed(1)
+    ws = torch.randn(3, 32, 64, generator=gen) * torch.tensor([0.01, 1.0, 30.0]).view(3, 1, 1)
+    amax = ws.abs().amax(dim=(1, 2))
+    batch = checkpoint.quantize_nvfp4_batched(ws, amax)
+    for i in range(3):
+        single = checkpoint.quantize_nvfp4(ws[i])
+        assert torch.equal(batch["weight"][i], single["weight"])
+        assert torch.equal(batch["weight_scale"][i].view(torch.uint8), single["weight_scale"].view(torch.uint8))
+        assert batch["weight_scale_2"][i] == single["weight_scale_2"]
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_tensors_per_family(test_checkpoints: dict[str, pathlib.Path], name: str) -> None:
+    """Names, dtypes and exclusions as ModelOpt exports them; fused linears share scales."""
+    family = FAMILIES[name]
+    config = json.loads((test_checkpoints[name] / "config.json").read_text())
+    assert config == checkpoint.model_config(family, Size.TEST)
+    sd = load_file(str(test_checkpoints[name] / checkpoint.WEIGHTS_FILE))
+    assert set(sd) == {n for s in family.tensors(config) for n in _names(family, config, s)}
+    specs = family.tensors(config)
+    excluded = config["quantization_config"]["ignore"]
+    assert excluded[0] == "lm_head" and sd["lm_head.weight"].dtype == torch.bfloat16
+    linears = [s for s in specs if s.role is Role.LINEAR]
+    for spec in linears:
+        if any(fnmatch.fnmatchcase(spec.name, p) for p in excluded):
+            assert sd[f"{spec.name}.weight"].dtype == torch.bfloat16 and f"{spec.name}.weight_scale" not in sd
+            continue
+        out_f, in_f = spec.shape
+        assert sd[f"{spec.name}.weight"].shape == (out_f, in_f // 2) and sd[f"{spec.name}.weight"].dtype == torch.uint8
+        assert sd[f"{spec.name}.weight_scale"].shape == (out_f, in_f // 16)
+        assert sd[f"{spec.name}.weight_scale"].dtype == torch.float8_e4m3fn
+        assert sd[f"{spec.name}.weight_scale_2"].shape == () and sd[f"{spec.name}.input_scale"].shape == ()
+    groups: dict[str, set[float]] = {}
+    for spec in linears:
+        if spec.fused and f"{spec.name}.weight_scale_2" in sd:
+            groups.setdefault(spec.fused, set()).add(sd[f"{spec.name}.weight_scale_2"].item())
+    assert groups, f"{name}: no fused NVFP4 linears"
+    assert all(len(v) == 1 for v in groups.values()), f"{name}: fused linears with different weight_scale_2"
+    if family.moe:
+        experts = [n for n in sd if ".mlp.experts." in n and n.endswith(".weight_scale_2")]
+        assert experts and all(".gate_proj." in n or ".up_proj." in n or ".down_proj." in n for n in experts)
+        assert any(n.endswith("mlp.gate.weight") and sd[n].dtype == torch.bfloat16 for n in sd)
+    if family.attention_excluded:
+        assert all(sd[n].dtype == torch.bfloat16 for n in sd if ".self_attn." in n and n.endswith("proj.weight"))
+    if family.nsa:
+        for key in ("index_topk", "index_head_dim", "index_n_heads"):
+            assert isinstance(config[key], int), key
+        assert any(".self_attn.indexer.wk.weight" in n for n in sd)
+
+
+def _names(family: families.Family, config: dict[str, Any], spec: families.Tensor) -> list[str]:
+    if spec.role is not Role.LINEAR:
+        return [spec.name]
+    if family.is_excluded(spec.name, config):
+        return [f"{spec.name}.weight"]
+    return [f"{spec.name}.{s}" for s in ("weight", "weight_scale", "weight_scale_2", "input_scale")]
 
 
 def test_written_files(tmp_path: pathlib.Path) -> None:
-    out = checkpoint.write_checkpoint(tmp_path / "ckpt", SMALL)
-    assert json.loads((out / "hf_quant_config.json").read_text())["quantization"] == {
-        "quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16, "exclude_modules": ["lm_head"],
-    }
+    out = checkpoint.write_checkpoint(tmp_path / "ckpt", families.QWEN3_MOE, Size.TEST)
+    quant = json.loads((out / "hf_quant_config.json").read_text())
+    assert quant["producer"]["name"] == "modelopt"
+    assert quant["quantization"]["quant_algo"] == "NVFP4" and quant["quantization"]["group_size"] == 16
+    assert quant["quantization"]["exclude_modules"] == ["lm_head", "model.layers.0.mlp.gate", "model.layers.1.mlp.gate"]
     config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3MoeForCausalLM"]
     assert config["quantization_config"]["quant_method"] == "modelopt"
+    assert config["quantization_config"]["ignore"] == quant["quantization"]["exclude_modules"]
     assert config["quantization_config"]["config_groups"]["group_0"]["weights"]["group_size"] == 16
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
     ids = tok.encode("Hello, wörld").ids
-    assert ids[0] == 256 and max(ids) < SMALL.vocab_size
+    assert ids[0] == 256 and max(ids) < config["vocab_size"]
     assert tok.decode(ids) == "Hello, wörld"
 
 
-CHILD = PRELUDE + r'''
-import json, pathlib, sys, types
-import torch
-from safetensors.torch import load_file
-ckpt = pathlib.Path(CKPT)
-from sglang.srt.layers.quantization.modelopt_quant import ModelOptFp4Config, ModelOptFp4LinearMethod
-from sglang.srt.model_loader.weight_utils import get_quant_config
-from sglang.srt.configs.load_config import LoadConfig
-hf = json.loads((ckpt / "config.json").read_text())
-
-def model_config(with_quantization_config):
-    extra = {"quantization_config": dict(hf["quantization_config"])} if with_quantization_config else {}
-    return types.SimpleNamespace(
-        quantization="modelopt_fp4", model_path=str(ckpt), revision=None,
-        hf_config=types.SimpleNamespace(architectures=hf["architectures"], **extra))
-
-# The model loader passes getattr(LlamaForCausalLM, "packed_modules_mapping", {}): {} for Llama.
-configs = {
-    "config.json": get_quant_config(model_config(True), LoadConfig(), {}),
-    "hf_quant_config.json": get_quant_config(model_config(False), LoadConfig(), {}),
-}
-for route, cfg in configs.items():
-    assert isinstance(cfg, ModelOptFp4Config), (route, type(cfg))
-    assert cfg.is_checkpoint_nvfp4_serialized and cfg.group_size == 16, route
-    assert cfg.exclude_modules == ["lm_head"], (route, cfg.exclude_modules)
-
-# tp = 1 without torch.distributed: the linear layers only ask the TP group for rank and size.
-from sglang.srt.distributed import parallel_state
-parallel_state._TP = types.SimpleNamespace(world_size=1, rank_in_group=0, rank=0, local_rank=0, ranks=[0])
-from sglang.srt.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-torch.set_default_dtype(torch.bfloat16)
-h, hd, nh, nkv, inter = (hf[k] for k in ("hidden_size", "head_dim", "num_attention_heads",
-                                         "num_key_value_heads", "intermediate_size"))
-sd = load_file(str(ckpt / "model.safetensors"))
-stacked = [(".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv_proj", ".v_proj", "v"),
-           (".gate_up_proj", ".gate_proj", 0), (".gate_up_proj", ".up_proj", 1)]
-for route, cfg in configs.items():
-    for layer in range(hf["num_hidden_layers"]):
-        p = f"model.layers.{layer}"
-        layers = {
-            "self_attn.qkv_proj": QKVParallelLinear(h, hd, nh, nkv, bias=False, quant_config=cfg,
-                                                    prefix=f"{p}.self_attn.qkv_proj"),
-            "self_attn.o_proj": RowParallelLinear(nh * hd, h, bias=False, quant_config=cfg,
-                                                  prefix=f"{p}.self_attn.o_proj"),
-            "mlp.gate_up_proj": MergedColumnParallelLinear(h, [inter, inter], bias=False, quant_config=cfg,
-                                                           prefix=f"{p}.mlp.gate_up_proj"),
-            "mlp.down_proj": RowParallelLinear(inter, h, bias=False, quant_config=cfg,
-                                               prefix=f"{p}.mlp.down_proj"),
-        }
-        for name, module in layers.items():
-            assert isinstance(module.quant_method, ModelOptFp4LinearMethod), (name, module.quant_method)
-        params = {f"{p}.{ln}.{pn}": prm for ln, m in layers.items() for pn, prm in m.named_parameters()}
-        seen = set()
-        for name, tensor in sd.items():
-            if not name.startswith(p + ".") or "layernorm" in name:
-                continue
-            for fused, shard, shard_id in stacked:
-                if shard in name:
-                    target = name.replace(shard, fused)
-                    params[target].weight_loader(params[target], tensor, shard_id)
-                    break
-            else:
-                target = name
-                params[target].weight_loader(params[target], tensor)
-            assert params[target].dtype == tensor.dtype, (name, params[target].dtype, tensor.dtype)
-            seen.add(target)
-        assert seen == set(params), sorted(set(params) - seen)
-        # The loaded bytes are the checkpoint's, at the shard offsets sglang computed.
-        qkv, gate_up = layers["self_attn.qkv_proj"], layers["mlp.gate_up_proj"]
-        q_rows, kv_rows = nh * hd, nkv * hd
-        assert torch.equal(qkv.weight.data[q_rows:q_rows + kv_rows], sd[f"{p}.self_attn.k_proj.weight"])
-        assert torch.equal(qkv.weight_scale.data[q_rows + kv_rows:].view(torch.uint8),
-                           sd[f"{p}.self_attn.v_proj.weight_scale"].view(torch.uint8))
-        assert torch.equal(gate_up.weight.data[inter:], sd[f"{p}.mlp.up_proj.weight"])
-        assert torch.equal(qkv.weight_scale_2.data, sd[f"{p}.self_attn.q_proj.weight_scale_2"].expand(3))
-        assert torch.equal(layers["mlp.down_proj"].input_scale.data.reshape(()), sd[f"{p}.mlp.down_proj.input_scale"])
-print("LOADED", len(sd))
-'''
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["0.5.9", "0.5.10.post1", "0.5.11"])
-def test_sglang_loads_it(wheel_tree, tmp_path: pathlib.Path, version: str) -> None:
-    ckpt = checkpoint.write_checkpoint(tmp_path / "ckpt", checkpoint.TinyLlama(num_layers=2, hidden_size=512,
-                                       intermediate_size=1024, num_heads=4, num_kv_heads=2))
-    tree = wheel_tree("sglang", version, patched=False)
-    result = run_python(f"CKPT = {str(ckpt)!r}\n" + CHILD, path=[SGSIM_DIR, tree])
-    assert result.returncode == 0 and "LOADED" in result.stdout, tail(result)
+@pytest.mark.parametrize("stack", STACK_IDS)
+def test_sglang_loads_every_family(sglang_checks: Any, stack: str) -> None:
+    """That release's loader takes every family's checkpoint with each MoE backend and
+    fusion setting: NVFP4 methods where ModelOpt quantized, every parameter written,
+    nothing lost or doubled; and its init_piecewise_cuda_graphs would start the runner."""
+    results = sglang_checks(stack)
+    for cell in load_combinations():
+        got = results[f"load:{cell.id}"]
+        assert "error" not in got, (cell.id, got.get("traceback"))
+        load = got["load"]
+        assert load["quant_config"] == "ModelOptFp4Config", cell.id
+        assert "ModelOptFp4LinearMethod" in load["quant_methods"], cell.id
+        if cell.family.moe:
+            assert "ModelOptNvFp4FusedMoEMethod" in load["quant_methods"], cell.id
+        assert load["unwritten"] == {}, (cell.id, load["unwritten"])
+        assert load["model_byte_sums"] == load["checkpoint_byte_sums"], cell.id
+        fused = cell.family.shared_experts and cell.fusion is Fusion.ON
+        assert load["num_fused_shared_experts"] == (1 if fused else 0), (cell.id, load["num_fused_shared_experts"])
+        if got["piecewise"]["enabled"]:
+            assert load["piecewise_runner"] is not None, (cell.id, "sglang would not start the piecewise runner")
+

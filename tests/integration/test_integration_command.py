@@ -1,4 +1,5 @@
-"""Arguments, pins, the install plan, the SM120 check and its skip path, the dry-run plan."""
+"""Arguments, pins, the install plan, the SM120 check and its skip path, the dry-run plan,
+and whole runs of the matrix through a fake interpreter and fake sglang servers."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import shutil
 import stat
 import sys
 
+import fake_python
 import pytest
 
-from fp4graph.errors import ConfigError
-from fp4graph.integration import command, device, plan
+from fp4graph import cli
+from fp4graph.integration import command, device, flags, plan
+from fp4graph.model.errors import ConfigError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 H200 = "NVIDIA H200, 9.0\n"
@@ -22,17 +25,18 @@ PRO6000 = "NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0\n"
 
 
 def _args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    command.add_arguments(parser)
-    return parser.parse_args(list(argv))
+    return cli.parser().parse_args(["integration", *argv])
 
 
 def _fake_repo(tmp: pathlib.Path, manifest: dict[str, object] | None = None) -> pathlib.Path:
     repo = tmp / "repo"
+    if repo.is_dir():
+        return repo
     (repo / "patches").mkdir(parents=True)
     shutil.copy(REPO / "patches" / "stacks.toml", repo / "patches" / "stacks.toml")
-    (repo / "patches" / "sglang" / "0.5.9").mkdir(parents=True)
-    (repo / "patches" / "sglang" / "0.5.9" / "series").write_text("0001-x.patch\n")
+    for version in ("0.5.9", "0.5.11"):
+        (repo / "patches" / "sglang" / version).mkdir(parents=True)
+        (repo / "patches" / "sglang" / version / "series").write_text("0001-x.patch\n")
     if manifest is not None:
         (repo / "wheels").mkdir()
         (repo / "wheels" / "manifest.json").write_text(json.dumps(manifest))
@@ -42,11 +46,32 @@ def _fake_repo(tmp: pathlib.Path, manifest: dict[str, object] | None = None) -> 
 def test_arguments() -> None:
     args = _args("--stack", "sglang-0.5.9")
     assert args.concurrency == (1, 10, 256, 1024) and args.tp == 1 and not args.dry_run
+    assert args.family is None and args.bench == "primary"
+    args = _args("--stack", "s", "--family", "glm5", "--family", "llama", "--start-order", "no-cuda-graph",
+                 "--moe-runner-backend", "flashinfer_cutlass", "--shared-experts-fusion", "off")
+    assert args.family == ["glm5", "llama"] and args.start_order == ["no-cuda-graph"]
+    assert [c.id for c in command.selected_cells(args)] == [
+        "glm5/no-cuda-graph/moe-flashinfer_cutlass/fusion-off", "llama/no-cuda-graph",
+    ]
     assert _args("--stack", "s", "--concurrency", "4,64").concurrency == (4, 64)
-    with pytest.raises(SystemExit):
-        _args("--stack", "s", "--concurrency", "0")
+    for bad in (["--concurrency", "0"], ["--family", "gpt2"], ["--start-order", "eager"]):
+        with pytest.raises(SystemExit):
+            _args("--stack", "s", *bad)
     with pytest.raises(SystemExit):
         _args("--concurrency", "1")  # --stack is required
+
+
+def test_user_checkpoint_family(tmp_path: pathlib.Path) -> None:
+    ckpt = tmp_path / "GLM-5-NVFP4"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
+    cells = command.selected_cells(_args("--stack", "s", "--model-path", str(ckpt), "--start-order", "no-cuda-graph"))
+    assert [c.id for c in cells][:2] == ["glm5/no-cuda-graph/moe-auto/fusion-on", "glm5/no-cuda-graph/moe-auto/fusion-off"]
+    (ckpt / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
+    with pytest.raises(ConfigError, match=r"config.json: architectures \['GPT2LMHeadModel'\] is none of"):
+        command.selected_cells(_args("--stack", "s", "--model-path", str(ckpt)))
+    with pytest.raises(ConfigError, match="--model-path brings its own"):
+        command.selected_cells(_args("--stack", "s", "--model-path", str(ckpt), "--family", "llama"))
 
 
 def test_pins_from_stacks_toml(tmp_path: pathlib.Path) -> None:
@@ -77,6 +102,11 @@ def test_install_commands(tmp_path: pathlib.Path) -> None:
     assert venv == ["python3", "-m", "venv", str(tmp_path / "w" / "venv")]
     assert install[install.index("--find-links") + 1] == str(repo / "wheels")
     assert install[-2:] == ["sglang==0.5.9+fp4graph.1", "flashinfer-python==0.6.3"]
+    newer = local.with_overrides("transformers==5.6.0")
+    *same, override = newer.commands()
+    assert newer.venv == tmp_path / "w" / "venv-transformers-5.6.0"
+    assert same[2][-2:] == install[-2:]  # the stack's exact pins first ...
+    assert override == [str(newer.python), "-m", "pip", "install", "transformers==5.6.0"]  # ... then over them
     remote = plan.make_plan(repo=_fake_repo(tmp_path / "b"), stack="sglang-0.5.9", work_dir=tmp_path / "w",
                             base_python="python3", wheels_dir=None, index_url="https://idx/simple/")
     install = remote.commands()[-1]
@@ -126,10 +156,17 @@ def test_probe_torch_on_a_cpu_build() -> None:
     assert report.skip_reason(1) is not None
 
 
-def _run(tmp: pathlib.Path, monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
+def _touch_wheels(repo: pathlib.Path, stack: str) -> None:
+    """Empty files named like the stack's patched wheels in wheels/ (the fake pip never opens them)."""
+    (repo / "wheels").mkdir(exist_ok=True)
+    for pin in plan.stack_pins(repo, stack).pins:
+        if pin.patched:
+            (repo / "wheels" / f"{pin.project.replace('-', '_')}-{pin.version}-py3-none-any.whl").touch()
+
+
+def _run(tmp: pathlib.Path, monkeypatch: pytest.MonkeyPatch, *argv: str, stack: str = "sglang-0.5.9") -> int:
     monkeypatch.chdir(_fake_repo(tmp))
-    return command.run(_args("--stack", "sglang-0.5.9", "--work-dir", str(tmp / "w"),
-                             "--output", str(tmp / "out"), *argv))
+    return command.run(_args("--stack", stack, "--work-dir", str(tmp / "w"), "--output", str(tmp / "out"), *argv))
 
 
 def test_skips_without_sm120(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
@@ -139,7 +176,8 @@ def test_skips_without_sm120(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyP
     out = capsys.readouterr().out
     assert out.startswith(command.SKIPPED) and "NVIDIA H200 (sm_90)" in out
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert report["status"] == "skipped" and "sm_90" in report["reason"]
+    assert report["status"] == "skipped" and "sm_90" in report["reason"] and report["cells"] == []
+    assert report["families"] == ["llama", "qwen3", "qwen3-moe", "deepseek-v3", "glm4-moe", "glm5", "deepseek-v3.2"]
     assert not (tmp_path / "w" / "venv").exists()  # nothing installed
 
 
@@ -155,14 +193,145 @@ def test_dry_run_plan(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
     assert _run(tmp_path, monkeypatch, "--dry-run", "--tp", "8", "--concurrency", "1,1024",
                 "--sglang-checkout", str(tmp_path / "sglang")) == 0
     out = capsys.readouterr().out
+    lines = out.splitlines()
     venv_python = str(tmp_path / "w" / "venv" / "bin" / "python")
     assert f"venv: {tmp_path / 'w' / 'venv'}" in out
     assert "sglang==0.5.9+fp4graph.1 flashinfer-python==0.6.3" in out
-    assert f"{venv_python} -m fp4graph.integration.checkpoint" in out
-    off = next(line for line in out.splitlines() if line.startswith("server piecewise off:"))
-    on = next(line for line in out.splitlines() if line.startswith("server piecewise on:"))
+    assert "matrix: 40 cells x piecewise off/on" in out
+    for family in ("llama", "qwen3", "qwen3-moe", "deepseek-v3", "glm4-moe", "glm5", "deepseek-v3.2"):
+        assert f"{venv_python} -m fp4graph.integration.checkpoint" in out and f"--family {family}" in out
+    assert "transformers: glm5 (>= 5.2.0)" in out and "pip install transformers==5.6.0" in out
+    cell = lines.index("cell glm5/no-cuda-graph/moe-flashinfer_cutlass/fusion-off (GlmMoeDsaForCausalLM; "
+                       "venv-transformers-5.6.0 where the venv's transformers predates 5.2.0):")
+    off, on = lines[cell + 1], lines[cell + 3]
+    assert off.startswith("  server piecewise off:") and on.startswith("  server piecewise on:")
     assert "--enable-piecewise-cuda-graph" in on and "--enable-piecewise-cuda-graph" not in off
+    for flag in ("--disable-cuda-graph", "--moe-runner-backend flashinfer_cutlass", "--disable-shared-experts-fusion"):
+        assert flag in on and flag in off
     assert "--quantization modelopt_fp4 --tp-size 8" in on
-    assert out.count("--max-concurrency 1024") == 2 and out.count("bench c=") == 4
+    # bench_serving only in the primary cells (MoE backend auto, fusion on): 2 per family
+    assert out.count("--max-concurrency 1024") == 2 * 7 * 2
     assert "test_piecewise_cuda_graph_small_1_gpu.py" in out
     assert not (tmp_path / "w").exists()  # a dry run creates nothing
+
+
+def test_device_check_and_missing_wheels(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """--device-check only reports (nox uses it to skip); without the patched wheels the run
+    stops before installing anything and says how to build them."""
+    monkeypatch.setenv("PATH", f"{_fake_smi(tmp_path, PRO6000)}{os.pathsep}{os.environ['PATH']}")
+    assert _run(tmp_path, monkeypatch, "--device-check") == 0
+    assert capsys.readouterr().out == "integration: 1 SM120 GPU(s) found\n"
+    assert _run(tmp_path, monkeypatch, "--device-check", "--tp", "2") == 0
+    assert capsys.readouterr().out.startswith(command.SKIPPED + " --tp 2 needs 2 SM120 GPUs")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match=r"has no wheel for sglang==0\.5\.9\+fp4graph\.1: build them with "
+                                          r"`nox -s wheels -- --stack sglang-0\.5\.9`"):
+        _run(tmp_path, monkeypatch, "--python", sys.executable)
+    assert not (tmp_path / "w").exists()
+
+
+def _calls(log: pathlib.Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def _fake_env(tmp: pathlib.Path, monkeypatch: pytest.MonkeyPatch, *, version: str,
+              faults: list[dict[str, object]], transformers: str = "4.57.1") -> pathlib.Path:
+    monkeypatch.setenv("PATH", f"{_fake_smi(tmp, PRO6000)}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_PYTHON_LOG", str(tmp / "calls.jsonl"))
+    monkeypatch.setenv("FAKE_SGLANG_VERSION", version)
+    monkeypatch.setenv("FAKE_SGLANG_FAULTS", json.dumps(faults))
+    monkeypatch.setenv("FAKE_TRANSFORMERS", transformers)
+    _touch_wheels(_fake_repo(tmp), "sglang-0.5.9")
+    _touch_wheels(_fake_repo(tmp), "sglang-0.5.11")
+    fake_python.make_venv(tmp / "base")
+    return tmp / "base" / "bin" / "python"
+
+
+def test_matrix_run_reports_every_cell(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """0.5.9: a crash in one cell and a different greedy output in another fail the run;
+    every other cell still runs and passes; throughput is reported, never judged; GLM-5
+    gets a venv with a transformers that knows its model type."""
+    faults = [
+        {"match": ["tiny-nvfp4-qwen3-moe", "flashinfer_cutlass", "--enable-piecewise-cuda-graph"], "fault": "crash"},
+        {"match": ["tiny-nvfp4-llama", "--disable-cuda-graph", "--enable-piecewise-cuda-graph"], "fault": "differ"},
+    ]
+    python = _fake_env(tmp_path, monkeypatch, version="0.5.9", faults=faults)
+    code = _run(tmp_path, monkeypatch, "--python", str(python), "--family", "llama", "--family", "qwen3-moe",
+                "--family", "glm5", "--shared-experts-fusion", "on", "--start-order", "default",
+                "--start-order", "no-cuda-graph", "--concurrency", "1,4", "--server-timeout", "60")
+    out = capsys.readouterr().out
+    assert code == 1, out
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    cells = {c["id"]: c for c in report["cells"]}
+    assert list(cells) == [
+        "llama/default", "llama/no-cuda-graph",
+        "qwen3-moe/default/moe-auto", "qwen3-moe/default/moe-flashinfer_cutlass",
+        "qwen3-moe/no-cuda-graph/moe-auto", "qwen3-moe/no-cuda-graph/moe-flashinfer_cutlass",
+        "glm5/default/moe-auto/fusion-on", "glm5/default/moe-flashinfer_cutlass/fusion-on",
+        "glm5/no-cuda-graph/moe-auto/fusion-on", "glm5/no-cuda-graph/moe-flashinfer_cutlass/fusion-on",
+    ]
+    failed = {k for k, c in cells.items() if c["status"] == "failed"}
+    assert failed == {"llama/no-cuda-graph", "qwen3-moe/default/moe-flashinfer_cutlass",
+                      "qwen3-moe/no-cuda-graph/moe-flashinfer_cutlass"}
+    crashed = cells["qwen3-moe/default/moe-flashinfer_cutlass"]
+    assert crashed["runs"]["on"]["startup_s"] is None and "exited with code 1" in crashed["runs"]["on"]["error"]
+    assert crashed["runs"]["off"]["startup_s"] is not None and crashed["greedy"]["compared_prompts"] == 0
+    differ = cells["llama/no-cuda-graph"]
+    assert [m["prompt"] for m in differ["greedy"]["mismatches"]] == ["def fibonacci(n):"]
+    passed = cells["glm5/no-cuda-graph/moe-auto/fusion-on"]
+    assert passed["greedy"]["identical"] and passed["runs"]["on"]["captured"] and not passed["runs"]["off"]["captured"]
+    on_cmd = passed["runs"]["on"]["command"]
+    assert "--enable-piecewise-cuda-graph" in on_cmd and "--disable-cuda-graph" in on_cmd
+    # bench_serving in the primary cells only, at the chosen levels
+    benched = {k for k, c in cells.items() if c["bench"]}
+    assert benched == {"llama/default", "llama/no-cuda-graph", "qwen3-moe/default/moe-auto",
+                       "qwen3-moe/no-cuda-graph/moe-auto", "glm5/default/moe-auto/fusion-on",
+                       "glm5/no-cuda-graph/moe-auto/fusion-on"}
+    assert [r["concurrency"] for r in cells["llama/default"]["bench"]] == [1, 4]
+    # GLM-5 ran from the second venv (transformers 5.6.0 over the 0.5.9 pins), the rest not
+    calls = _calls(tmp_path / "calls.jsonl")
+    newer = str(tmp_path / "w" / "venv-transformers-5.6.0")
+    assert report["transformers"] == {str(tmp_path / "w" / "venv"): "4.57.1", newer: "5.6.0"}
+    servers = [c for c in calls if c["argv"][:2] == ["-m", "sglang.launch_server"]]
+    assert len(servers) == 2 * len(cells)
+    for call in servers:
+        is_glm5 = "tiny-nvfp4-glm5" in " ".join(call["argv"])  # type: ignore[arg-type]
+        assert (call["venv"] == newer) is is_glm5, call
+    checkpoints = [c for c in calls if c["argv"][:2] == ["-m", "fp4graph.integration.checkpoint"]]
+    assert [c["argv"][-1] for c in checkpoints] == ["llama", "qwen3-moe", "glm5"]
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "## Matrix: 7 of 10 cells passed" in text
+    assert "FAILED: qwen3-moe/default/moe-flashinfer_cutlass: piecewise on:" in out
+
+
+def test_nsa_on_newer_releases_and_cached_checkpoints(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """0.5.11: piecewise is on by default; GLM-5 runs with --enforce-piecewise-cuda-graph and
+    no second venv (its transformers knows glm_moe_dsa); a second run reuses the
+    checkpoint, and a run whose "on" server does not capture fails."""
+    python = _fake_env(tmp_path, monkeypatch, version="0.5.11", faults=[], transformers="5.6.0")
+    argv = ("--python", str(python), "--family", "glm5", "--start-order", "no-cuda-graph",
+            "--moe-runner-backend", "auto", "--shared-experts-fusion", "off", "--bench", "none")
+    assert _run(tmp_path, monkeypatch, *argv, stack="sglang-0.5.11") == 0, capsys.readouterr().out
+    cell = json.loads((tmp_path / "out" / "report.json").read_text())["cells"][0]
+    assert cell["id"] == "glm5/no-cuda-graph/moe-auto/fusion-off" and cell["status"] == "passed"
+    assert cell["runs"]["on"]["command"][-1] == "--enforce-piecewise-cuda-graph"
+    assert cell["runs"]["off"]["command"][-1] == "--disable-piecewise-cuda-graph"
+    assert cell["bench"] == []
+    assert not (tmp_path / "w" / "venv-transformers-5.6.0").exists()
+    calls = _calls(tmp_path / "calls.jsonl")
+    assert sum(c["argv"][:2] == ["-m", "fp4graph.integration.checkpoint"] for c in calls) == 1
+    stamp = json.loads((tmp_path / "w" / "checkpoints" / "tiny-nvfp4-glm5" / command.STAMP).read_text())
+    assert stamp["family"] == "glm5" and stamp["size"] == "serve"
+
+    monkeypatch.setenv("FAKE_SGLANG_FAULTS", json.dumps([{"match": ["--enforce"], "fault": "no-capture"}]))
+    assert _run(tmp_path, monkeypatch, *argv, stack="sglang-0.5.11") == 1
+    calls = _calls(tmp_path / "calls.jsonl")
+    assert sum(c["argv"][:2] == ["-m", "fp4graph.integration.checkpoint"] for c in calls) == 1  # reused
+    cell = json.loads((tmp_path / "out" / "report.json").read_text())["cells"][0]
+    assert cell["problems"] == [
+        f"piecewise on: the server log lacks {flags.PIECEWISE_CAPTURED_MARKER!r} "
+        "(sglang switched piecewise CUDA graphs off?)"
+    ]

@@ -1,42 +1,66 @@
-"""Flag selection per sglang version, checked against each version's own argparse source."""
+"""Flags per sglang release and cell, checked against each release's own argument handling."""
 
 from __future__ import annotations
 
 import pathlib
+from typing import Any
 
 import pytest
+from matrix_cells import STACK_IDS, stack_versions
 
 from fp4graph.integration import flags
+from fp4graph.integration.families import FAMILIES, GLM5, LLAMA, QWEN3_MOE
+from fp4graph.integration.matrix import Cell, Fusion, Selection, StartOrder
 
-VERSIONS = ["0.5.9", "0.5.10.post1", "0.5.11"]
+REPO = pathlib.Path(__file__).resolve().parents[2]
+NSA_SERIES_PATCH = "nsa-disable-piecewise"  # 0.5.9's old 0003: piecewise off for NSA models
 
 
 @pytest.mark.parametrize(
-    ("version", "on", "off"),
+    ("version", "family", "on", "off"),
     [
-        pytest.param("0.5.8.post1", ("--enable-piecewise-cuda-graph",), (), id="0.5.8-opt-in"),
-        pytest.param("0.5.9", ("--enable-piecewise-cuda-graph",), (), id="0.5.9-opt-in"),
-        pytest.param("0.5.9+fp4graph.1", ("--enable-piecewise-cuda-graph",), (), id="local-label"),
-        pytest.param("0.5.10", (), ("--disable-piecewise-cuda-graph",), id="0.5.10-default-on"),
-        pytest.param("0.5.10.post1", (), ("--disable-piecewise-cuda-graph",), id="0.5.10.post1"),
-        pytest.param("0.5.11", (), ("--disable-piecewise-cuda-graph",), id="0.5.11"),
+        pytest.param("0.5.8.post1", LLAMA, ("--enable-piecewise-cuda-graph",), (), id="0.5.8-opt-in"),
+        pytest.param("0.5.9", LLAMA, ("--enable-piecewise-cuda-graph",), (), id="0.5.9-opt-in"),
+        pytest.param("0.5.9", GLM5, ("--enable-piecewise-cuda-graph",), (), id="0.5.9-nsa-opt-in"),
+        pytest.param("0.5.9+fp4graph.1", LLAMA, ("--enable-piecewise-cuda-graph",), (), id="local-label"),
+        pytest.param("0.5.10", LLAMA, (), ("--disable-piecewise-cuda-graph",), id="0.5.10-default-on"),
+        pytest.param("0.5.10.post1", GLM5, ("--enforce-piecewise-cuda-graph",),
+                     ("--disable-piecewise-cuda-graph",), id="0.5.10.post1-nsa-enforce"),
+        pytest.param("0.5.11", QWEN3_MOE, (), ("--disable-piecewise-cuda-graph",), id="0.5.11"),
+        pytest.param("0.5.11", GLM5, ("--enforce-piecewise-cuda-graph",),
+                     ("--disable-piecewise-cuda-graph",), id="0.5.11-nsa-enforce"),
     ],
 )
-def test_piecewise_flags(version: str, on: tuple[str, ...], off: tuple[str, ...]) -> None:
-    chosen = flags.piecewise_flags(version)
+def test_piecewise_flags(version: str, family: Any, on: tuple[str, ...], off: tuple[str, ...]) -> None:
+    chosen = flags.piecewise_flags(version, family)
     assert (chosen.on, chosen.off) == (on, off)
 
 
+def test_cell_flags() -> None:
+    cell = Cell(family=GLM5, start_order=StartOrder.NO_CUDA_GRAPH, moe_backend="flashinfer_cutlass",
+                fusion=Fusion.OFF)
+    assert flags.cell_flags(cell) == (
+        "--disable-cuda-graph", "--moe-runner-backend", "flashinfer_cutlass", "--disable-shared-experts-fusion",
+    )
+    assert flags.cell_flags(Cell(family=LLAMA, start_order=StartOrder.DEFAULT)) == ()
+    moe = Cell(family=QWEN3_MOE, start_order=StartOrder.DEFAULT, moe_backend="auto")
+    assert flags.cell_flags(moe) == ("--moe-runner-backend", "auto")
+
+
 def test_server_command_modes() -> None:
-    common = dict(model_path="/m", tp=2, port=30000)
+    cell = Cell(family=LLAMA, start_order=StartOrder.NO_CUDA_GRAPH)
+    common: dict[str, Any] = dict(model_path="/m", cell=cell, tp=2, port=30000)
     on = flags.server_command("py", sglang_version="0.5.9", mode=flags.Piecewise.ON, **common)
     off = flags.server_command("py", sglang_version="0.5.9", mode=flags.Piecewise.OFF, **common)
     assert on[:3] == ["py", "-m", "sglang.launch_server"]
     assert on[on.index("--quantization") + 1] == "modelopt_fp4"
     assert on[on.index("--tp-size") + 1] == "2"
     assert "--enable-piecewise-cuda-graph" in on and "--enable-piecewise-cuda-graph" not in off
+    assert "--disable-cuda-graph" in on and "--disable-cuda-graph" in off
     new_off = flags.server_command("py", sglang_version="0.5.11", mode=flags.Piecewise.OFF, **common)
     assert new_off[-1] == "--disable-piecewise-cuda-graph"
+    extra = flags.server_command("py", sglang_version="0.5.11", mode=flags.Piecewise.ON, extra=["--x"], **common)
+    assert extra[-1] == "--x"
 
 
 def _bench(tmp: pathlib.Path) -> list[str]:
@@ -61,19 +85,78 @@ def test_declared_flags_reads_literals() -> None:
     assert flags.declared_flags(source) == {"--tp-size", "--port"}
 
 
+def _series_has(version: str, topic: str) -> bool:
+    series = REPO / "patches" / "sglang" / version / "series"
+    return series.is_file() and any(topic in line for line in series.read_text().splitlines())
+
+
+def expected_piecewise(version: str, cell: Cell, mode: flags.Piecewise) -> bool:
+    """What the patched release must decide: piecewise exactly in the "on" runs.
+
+    While 0.5.9's series still carries the old patch that turns piecewise off for NSA
+    models (replaced by helper nsa's backport of PR #23351), NSA cells stay off there."""
+    if mode is flags.Piecewise.OFF:
+        return False
+    return not (cell.family.nsa and _series_has(version, NSA_SERIES_PATCH))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("version", VERSIONS)
-def test_flags_exist_in_that_sglang(wheel_tree, version: str, tmp_path: pathlib.Path) -> None:
-    """Every flag we pass exists in that release's server_args.py / bench_serving.py."""
-    tree = wheel_tree("sglang", version, patched=False)
+@pytest.mark.parametrize("stack", STACK_IDS)
+def test_flags_exist_in_that_sglang(wheel_tree: Any, stack: str, tmp_path: pathlib.Path) -> None:
+    """Every flag of every cell exists in that release's server_args.py / bench_serving.py,
+    and the marker the run looks for is logged by that release."""
+    version, _ = stack_versions(stack)
+    tree = wheel_tree("sglang", version, patched=True)
     server_flags = flags.declared_flags((tree / "sglang/srt/server_args.py").read_text())
     bench_flags = flags.declared_flags((tree / "sglang/bench_serving.py").read_text())
-    for mode in flags.Piecewise:
-        cmd = flags.server_command("py", sglang_version=version, model_path="/m", mode=mode, tp=1, port=1)
-        used = {a for a in cmd if a.startswith("--")}
-        assert used <= server_flags, f"{version} launch_server lacks {sorted(used - server_flags)}"
+    for cell in Selection().cells():
+        for mode in flags.Piecewise:
+            cmd = flags.server_command("py", sglang_version=version, model_path="/m", cell=cell, mode=mode,
+                                       tp=1, port=1)
+            used = {a for a in cmd if a.startswith("--")}
+            assert used <= server_flags, f"{version} {cell.id}: launch_server lacks {sorted(used - server_flags)}"
     used = {a for a in _bench(tmp_path) if a.startswith("--")}
     assert used <= bench_flags, f"{version} bench_serving lacks {sorted(used - bench_flags)}"
-    # The marker the run looks for in the server log is logged by that version.
     runner = (tree / "sglang/srt/model_executor/model_runner.py").read_text()
     assert flags.PIECEWISE_CAPTURED_MARKER in runner
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stack", STACK_IDS)
+def test_every_cell_through_that_releases_server_args(sglang_checks: Any, stack: str) -> None:
+    """sglang's own ServerArgs (argparse + __post_init__) of the stack's patched release takes
+    every cell's arguments and decides piecewise exactly as the cell expects; the MoE
+    backend, start order and fusion flags arrive as set."""
+    version, _ = stack_versions(stack)
+    results = sglang_checks(stack)
+    errors = {k: v["error"] for k, v in results.items() if "error" in v}
+    assert not errors, errors
+    for cell in Selection().cells():
+        for mode in flags.Piecewise:
+            got = results[f"{cell.id}/{mode.value}"]
+            # sglang reads a deepseek_v32 config as deepseek_v3 (_load_deepseek_v32_model).
+            expected = "DeepseekV3ForCausalLM" if cell.family.name == "deepseek-v3.2" else cell.family.architecture
+            assert got["architecture"] == expected, (cell.id, got["architecture"])
+            assert got["piecewise"]["enabled"] is expected_piecewise(version, cell, mode), (cell.id, mode, got)
+            args = got["args"]
+            assert args["quantization"] == "modelopt_fp4"
+            assert args["disable_cuda_graph"] is (cell.start_order is StartOrder.NO_CUDA_GRAPH), (cell.id, args)
+            if cell.moe_backend is not None:
+                assert args["moe_runner_backend"] == cell.moe_backend, (cell.id, args)
+            if cell.fusion is Fusion.OFF:
+                assert args["disable_shared_experts_fusion"] is True, (cell.id, args)
+            if cell.family.nsa:
+                assert args["attention_backend"] == "nsa", (cell.id, args)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stack", STACK_IDS)
+def test_nsa_needs_its_flag(sglang_checks: Any, stack: str) -> None:
+    """Without a piecewise flag, sglang turns piecewise off for NSA models (0.5.9: opt-in;
+    0.5.10+: the NSA auto-disable rule), and leaves it at its default for the others."""
+    version, _ = stack_versions(stack)
+    results = sglang_checks(stack)
+    default_on = flags.piecewise_flags(version).on == ()
+    for family in FAMILIES.values():
+        got = results[f"{family.name}/sglang-default"]["piecewise"]["enabled"]
+        assert got is (default_on and not family.nsa), (family.name, got)

@@ -105,7 +105,7 @@ def _cpu_import_shims() -> None:
 
 
 def prepare(gpu: str = "sm120") -> None:
-    from fp4graph import simulate
+    from fp4graph.verify import simulate
 
     simulate.install(simulate.GPUS[gpu])
     _cpu_import_shims()
@@ -210,7 +210,7 @@ def trace(module: Any, *args: Any, dynamic_arg_dims: dict[str, int] | None = Non
     )
     from torch._dynamo.utils import counters
 
-    from fp4graph import simulate
+    from fp4graph.verify import simulate
 
     config = CompilationConfig([1, 2, 4], "eager")
     graphs: list[list[dict[str, Any]]] = []

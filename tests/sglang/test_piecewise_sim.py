@@ -161,32 +161,35 @@ def test_fake_matches_pinned_flashinfer(wheel_tree: Any, version: str) -> None:
 
 
 WARMUP = """
-import types
 import flashinfer
 from sglang.srt.layers.quantization import fp4_utils
 calls = []
 fp4_utils._flashinfer_fp4_quantize = lambda x, gs: calls.append(("eager", tuple(x.shape)))
-fp4 = types.SimpleNamespace(get_name=lambda: "modelopt_fp4")
-fp8 = types.SimpleNamespace(get_name=lambda: "modelopt_fp8")
 with sgsim.fake_mode():
-    ran_fp8 = fp4_utils.warmup_flashinfer_fp4(torch.device("cuda"), fp8)
-    ran_eager = fp4_utils.warmup_flashinfer_fp4(torch.device("cuda"), fp4)
-    flashinfer.fp4_warmup = lambda device=None: calls.append(("api", str(device))) or ["fp4_quantization_120"]
-    ran_api = fp4_utils.warmup_flashinfer_fp4(torch.device("cuda"), fp4)
-import inspect
+    dense = sgsim.Linear(256, 256)
+    plain = torch.nn.Linear(8, 8)
+    ran_plain = fp4_utils.warmup_flashinfer_fp4(torch.device("cuda"), plain)
+    # A flashinfer without fp4_warmup(modules=...): one eager fp4_quantize.
+    flashinfer.fp4_warmup = lambda device=None: calls.append(("all", str(device))) or []
+    ran_eager = fp4_utils.warmup_flashinfer_fp4(torch.device("cuda"), dense)
+    flashinfer.fp4_warmup = lambda device=None, *, modules=None: calls.append(("api", str(device), list(modules))) or []
+    ran_api = fp4_utils.warmup_flashinfer_fp4(torch.device("cuda"), dense)
 from sglang.srt.layers.quantization import fp4_utils as f
 src = open(f.__file__.replace("layers/quantization/fp4_utils.py", "model_executor/piecewise_cuda_graph_runner.py")).read()
-sgsim.report({"fp8": ran_fp8, "eager": ran_eager, "api": ran_api, "calls": calls,
-    "order": src.index("warmup_flashinfer_fp4(self.device") < src.index("install_torch_compiled(\\n")})
+sgsim.report({"plain": ran_plain, "eager": ran_eager, "api": ran_api, "calls": calls,
+    "order": src.index("warmup_flashinfer_fp4(self.device, self.model_runner.model)") < src.index("install_torch_compiled(\\n")})
 """
 
 
 @pytest.mark.parametrize("version", TARGETS)
 def test_fp4_warmup_before_compile(wheel_tree: Any, version: str) -> None:
     result = run_sim(WARMUP, *trees_for(wheel_tree, version, patched=True))
-    assert result["fp8"] is False
-    assert result["eager"] is True and result["api"] is True
-    assert result["calls"] == [["eager", [128, 64]], ["api", "cuda"]], result
+    assert result["plain"] == []  # no NVFP4 layer, nothing to build
+    assert result["eager"] == ["quantization"], result
+    assert result["api"] == result["calls"][-1][2], result
+    assert "quantization" in result["api"], result
+    assert result["calls"][:1] == [["eager", [128, 64]]], result
+    assert result["calls"][1][:2] == ["api", "cuda"], result
     assert result["order"], "warm-up must run before install_torch_compiled"
 
 
@@ -203,7 +206,7 @@ batch = types.SimpleNamespace(
     attn_backend=types.SimpleNamespace(get_indexer_metadata=lambda layer_id, fb: metadata),
     forward_mode=types.SimpleNamespace(is_extend_without_speculative=lambda: True),
 )
-from fp4graph import simulate
+from fp4graph.verify import simulate
 with sgsim.fake_mode():
     batch.seq_lens_cpu = torch.empty(4, dtype=torch.int64)
     x = torch.empty(8, 256, dtype=torch.bfloat16, device="cuda")

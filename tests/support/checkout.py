@@ -5,10 +5,10 @@ from __future__ import annotations
 import pathlib
 import shutil
 
-from fp4graph import config
+from fp4graph.model import config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-FIXTURE_PATCHES = REPO / "tests" / "engine" / "fixtures" / "patches"
+FIXTURE_PATCHES = REPO / "tests" / "wheels" / "fixtures" / "patches"
 # The stack the engine tests build: both projects, small wheels.
 STACK = "sglang-0.5.9"
 

@@ -1,16 +1,20 @@
-"""``nox -s integration``: run a real NVFP4 model under sglang with piecewise CUDA graphs on SM120.
+"""``nox -s integration``: NVFP4 models of every family under sglang with piecewise CUDA graphs on SM120.
 
 The steps, one module each:
 
-- :mod:`.plan`: which stack, which pinned versions (``==X+fp4graph.N``), the venv and its installs;
+- :mod:`.plan`: which stack, which pinned versions (``==X+fp4graph.N``), the venvs and their installs;
 - :mod:`.device`: is there an SM120 GPU (else the run is skipped with the reason);
-- :mod:`.checkpoint`: a tiny Llama quantized to the ModelOpt NVFP4 format (no hub download);
-- :mod:`.flags`: the sglang command lines per version (piecewise on / off, bench_serving);
+- :mod:`.families`: the model families, their tiny configs and the tensors ModelOpt exports;
+- :mod:`.checkpoint`: a family's tiny model written as a ModelOpt NVFP4 checkpoint (no download);
+- :mod:`.matrix`: the cells (family x start order x MoE backend x shared-experts fusion);
+- :mod:`.flags`: the sglang command lines per release and cell (piecewise on / off, bench_serving);
 - :mod:`.server`: launch sglang, wait for health, greedy generation, on-vs-off comparison;
-- :mod:`.benchmark`: bench_serving at the seed's concurrency levels, parsed into a report;
-- :mod:`.upstream`: sglang's own piecewise test file from a checkout at the pinned tag;
-- :mod:`.command`: ``python -m fp4graph integration`` (``add_arguments`` / ``run``).
+- :mod:`.benchmark`: bench_serving at the seed's concurrency levels, parsed;
+- :mod:`.report`: every cell's outcome, as markdown and JSON;
+- :mod:`.sglang_suite`: sglang's own piecewise test file from a checkout at the pinned tag;
+- :mod:`.command`: ``python -m fp4graph integration`` (``run``; the arguments are in ``cli``).
 
-Only :mod:`.checkpoint` needs torch; everything else is the standard library, so the
-orchestration runs from the nox venv while sglang runs in the venv the plan creates.
+Only :mod:`.checkpoint` needs torch; everything else is the standard library and
+``packaging``, so the orchestration runs from the nox venv while sglang runs in the venvs
+the plan creates.
 """

@@ -1,4 +1,4 @@
-"""bench_serving results: parse them, and write the on-vs-off report (markdown + JSON)."""
+"""bench_serving results: parse them into metrics, and the on-vs-off table of a cell."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ import dataclasses
 import json
 import pathlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from ..errors import Fp4graphError
-from ..files import write_atomic
+from ..model.errors import Fp4graphError
 
 # The seed's concurrency levels (1,520 output tok/s at 1024 on TP8, piecewise off).
 CONCURRENCY = (1, 10, 256, 1024)
@@ -99,64 +98,43 @@ def _get(metrics: BenchMetrics | None, field: str) -> float | None:
     return None if metrics is None else float(getattr(metrics, field))
 
 
-def markdown(rows: Sequence[Row], context: Mapping[str, Any]) -> str:
-    lines = [f"# Piecewise CUDA graphs on vs off: {context.get('stack', '')}", ""]
-    for key, value in context.items():
-        lines.append(f"- {key}: {value}")
-    lines += [
-        "",
+RATIO_FIELDS = ("output_throughput", "total_throughput", "mean_ttft_ms", "mean_itl_ms")
+
+
+def throughput_table(rows: Sequence[Row]) -> list[str]:
+    """The on-vs-off table of one cell, as markdown lines."""
+    lines = [
         "| concurrency | output tok/s on | off | on/off | total tok/s on | off | on/off "
         "| mean TTFT ms on | off | mean ITL ms on | off | on/off |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         on, off = r.on, r.off
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    str(r.concurrency),
-                    _fmt(_get(on, "output_throughput")),
-                    _fmt(_get(off, "output_throughput")),
-                    _fmt(r.ratio("output_throughput"), 3),
-                    _fmt(_get(on, "total_throughput")),
-                    _fmt(_get(off, "total_throughput")),
-                    _fmt(r.ratio("total_throughput"), 3),
-                    _fmt(_get(on, "mean_ttft_ms")),
-                    _fmt(_get(off, "mean_ttft_ms")),
-                    _fmt(_get(on, "mean_itl_ms")),
-                    _fmt(_get(off, "mean_itl_ms")),
-                    _fmt(r.ratio("mean_itl_ms"), 3),
-                ]
-            )
-            + " |"
-        )
-    return "\n".join(lines) + "\n"
+        cells = [
+            str(r.concurrency),
+            _fmt(_get(on, "output_throughput")),
+            _fmt(_get(off, "output_throughput")),
+            _fmt(r.ratio("output_throughput"), 3),
+            _fmt(_get(on, "total_throughput")),
+            _fmt(_get(off, "total_throughput")),
+            _fmt(r.ratio("total_throughput"), 3),
+            _fmt(_get(on, "mean_ttft_ms")),
+            _fmt(_get(off, "mean_ttft_ms")),
+            _fmt(_get(on, "mean_itl_ms")),
+            _fmt(_get(off, "mean_itl_ms")),
+            _fmt(r.ratio("mean_itl_ms"), 3),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
-def report_json(rows: Sequence[Row], context: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        **context,
-        "rows": [
-            {
-                "concurrency": r.concurrency,
-                "on": None if r.on is None else dataclasses.asdict(r.on),
-                "off": None if r.off is None else dataclasses.asdict(r.off),
-                "ratio_on_off": {
-                    f: r.ratio(f)
-                    for f in ("output_throughput", "total_throughput", "mean_ttft_ms", "mean_itl_ms")
-                },
-            }
-            for r in rows
-        ],
-    }
-
-
-def write_report(
-    out_dir: pathlib.Path, rows: Sequence[Row], context: Mapping[str, Any], stem: str = "report"
-) -> tuple[pathlib.Path, pathlib.Path]:
-    """Write ``<stem>.md`` and ``<stem>.json`` under ``out_dir``; return their paths."""
-    md_path, json_path = out_dir / f"{stem}.md", out_dir / f"{stem}.json"
-    write_atomic(json_path, json.dumps(report_json(rows, context), indent=2, sort_keys=True) + "\n")
-    write_atomic(md_path, markdown(rows, context))
-    return md_path, json_path
+def rows_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    return [
+        {
+            "concurrency": r.concurrency,
+            "on": None if r.on is None else dataclasses.asdict(r.on),
+            "off": None if r.off is None else dataclasses.asdict(r.off),
+            "ratio_on_off": {f: r.ratio(f) for f in RATIO_FIELDS},
+        }
+        for r in rows
+    ]

@@ -1,75 +1,46 @@
-"""A tiny Llama with random weights, saved as ModelOpt writes an NVFP4 checkpoint.
+"""Tiny models with random weights, saved as ModelOpt writes an NVFP4 checkpoint.
 
-What sglang's ``modelopt_fp4`` loader reads (``ModelOptFp4Config`` /
-``ModelOptFp4LinearMethod``, sglang 0.5.9 ... 0.5.11), per quantized linear ``<p>``:
+What sglang's ``modelopt_fp4`` loader reads (``ModelOptFp4Config``,
+``ModelOptFp4LinearMethod``, ``ModelOptNvFp4FusedMoEMethod``; sglang 0.5.9 ... 0.5.11), per
+quantized linear ``<p>`` (an expert's ``gate_proj`` / ``up_proj`` / ``down_proj`` alike):
 
 - ``<p>.weight``          uint8 [out, in/2]: two e2m1 codes per byte, even element low nibble;
 - ``<p>.weight_scale``    float8_e4m3fn [out, in/16]: per-16-element block scales;
 - ``<p>.weight_scale_2``  float32 []: per-tensor scale, amax(W) / (6 * 448);
 - ``<p>.input_scale``     float32 []: per-tensor activation scale, amax(x) / (6 * 448);
 
-so that W ~= e2m1 * weight_scale * weight_scale_2.  ``lm_head`` stays bf16 and is listed in
-``exclude_modules`` / ``ignore``, as ModelOpt exports it.  ``hf_quant_config.json`` has
+so that W ~= e2m1 * weight_scale * weight_scale_2.  Modules the family's ModelOpt recipe
+leaves unquantized (``lm_head``, routers, attention of DeepSeek-style models) keep a bf16
+``weight`` and are listed in ``exclude_modules`` / ``ignore``.  ``hf_quant_config.json`` has
 ModelOpt's nested form; ``config.json`` carries the same in its flat ``quantization_config``
 form (``convert_hf_quant_config_format``).  The tokenizer is byte-level (no merges), built
-with the ``tokenizers`` library, so nothing is downloaded.
+with the ``tokenizers`` library, so nothing is downloaded.  The families and their tensors:
+:mod:`.families`.
 
-Run as ``python -m fp4graph.integration.checkpoint OUT_DIR`` in a venv with torch,
-safetensors and tokenizers (the sglang venv has all three).
+Run as ``python -m fp4graph.integration.checkpoint OUT_DIR --family NAME`` in a venv with
+torch, safetensors and tokenizers (the sglang venv has all three).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import pathlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from .families import ACTIVATION_AMAX, FAMILIES, Family, Role, Size
 
 GROUP_SIZE = 16
 E2M1_MAX = 6.0
 E4M3_MAX = 448.0
 MODELOPT_VERSION = "0.37.0"  # the producer version written in the configs
 BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
+WEIGHTS_FILE = "model.safetensors"
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class TinyLlama:
-    """Shapes: every quantized K and N is a multiple of 32 and K/16 of 4 at tp <= 8, so
-    sglang's weight padding and scale swizzling have nothing to pad."""
-
-    num_layers: int = 2
-    hidden_size: int = 1024
-    intermediate_size: int = 2048
-    num_heads: int = 8
-    num_kv_heads: int = 8
-    head_dim: int = 128
-    vocab_size: int = 320  # 256 bytes + 2 specials, padded
-    max_position_embeddings: int = 4096
-    rope_theta: float = 500000.0
-    seed: int = 0
-    # Activation amax the input scales are made for (RMSNorm output of a random model).
-    activation_amax: float = 8.0
-
-    def linears(self) -> dict[str, tuple[int, int]]:
-        """Quantized linears of one layer: name -> (out_features, in_features)."""
-        q = self.num_heads * self.head_dim
-        kv = self.num_kv_heads * self.head_dim
-        h, i = self.hidden_size, self.intermediate_size
-        return {
-            "self_attn.q_proj": (q, h),
-            "self_attn.k_proj": (kv, h),
-            "self_attn.v_proj": (kv, h),
-            "self_attn.o_proj": (h, q),
-            "mlp.gate_proj": (i, h),
-            "mlp.up_proj": (i, h),
-            "mlp.down_proj": (h, i),
-        }
-
-
-def hf_quant_config() -> dict[str, Any]:
+def hf_quant_config(exclude_modules: Sequence[str]) -> dict[str, Any]:
     """``hf_quant_config.json`` as ModelOpt's export writes it for NVFP4."""
     return {
         "producer": {"name": "modelopt", "version": MODELOPT_VERSION},
@@ -77,12 +48,12 @@ def hf_quant_config() -> dict[str, Any]:
             "quant_algo": "NVFP4",
             "kv_cache_quant_algo": None,
             "group_size": GROUP_SIZE,
-            "exclude_modules": ["lm_head"],
+            "exclude_modules": list(exclude_modules),
         },
     }
 
 
-def config_quantization_config() -> dict[str, Any]:
+def config_quantization_config(exclude_modules: Sequence[str]) -> dict[str, Any]:
     """``config.json``'s ``quantization_config`` (ModelOpt's convert_hf_quant_config_format)."""
     scheme = {"dynamic": False, "num_bits": 4, "type": "float", "group_size": GROUP_SIZE}
     return {
@@ -93,45 +64,18 @@ def config_quantization_config() -> dict[str, Any]:
                 "targets": ["Linear"],
             }
         },
-        "ignore": ["lm_head"],
+        "ignore": list(exclude_modules),
         "quant_algo": "NVFP4",
         "producer": {"name": "modelopt", "version": MODELOPT_VERSION},
         "quant_method": "modelopt",
     }
 
 
-def model_config(spec: TinyLlama) -> dict[str, Any]:
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.intermediate_size,
-        "num_hidden_layers": spec.num_layers,
-        "num_attention_heads": spec.num_heads,
-        "num_key_value_heads": spec.num_kv_heads,
-        "head_dim": spec.head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": spec.max_position_embeddings,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": spec.rope_theta,
-        "rope_scaling": None,
-        "attention_bias": False,
-        "mlp_bias": False,
-        "tie_word_embeddings": False,
-        "vocab_size": spec.vocab_size,
-        "bos_token_id": 256,
-        "eos_token_id": 257,
-        "torch_dtype": "bfloat16",
-        "quantization_config": config_quantization_config(),
-    }
-
-
-# Linears sglang fuses (QKVParallelLinear, MergedColumnParallelLinear) keep one
-# weight_scale_2 (the max over shards): ModelOpt exports them with a shared amax.
-FUSED_GROUPS = (
-    ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    ("mlp.gate_proj", "mlp.up_proj"),
-)
+def model_config(family: Family, size: Size = Size.SERVE) -> dict[str, Any]:
+    """``config.json``: the family's tiny config plus its quantization_config."""
+    config = family.config(size)
+    config["quantization_config"] = config_quantization_config(family.exclude_modules(config))
+    return config
 
 
 def quantize_nvfp4(weight: Any, amax: Any = None) -> dict[str, Any]:
@@ -141,68 +85,122 @@ def quantize_nvfp4(weight: Any, amax: Any = None) -> dict[str, Any]:
     weight's own."""
     import torch
 
-    from .. import fp4ref
-
     w = weight.float()
-    amax = (w.abs().max() if amax is None else torch.as_tensor(amax).float()).clamp(min=1e-12)
-    weight_scale_2 = (amax / (E2M1_MAX * E4M3_MAX)).to(torch.float32)
-    # FlashInfer's global scale is 1 / weight_scale_2; fp4ref then computes the e4m3 block
-    # scale e4m3(amax16 / (6 * weight_scale_2)) and codes x / (scale * weight_scale_2).
-    codes, sf_bits = fp4ref.quantize_rowmajor(w, 1.0 / weight_scale_2, GROUP_SIZE)
+    amax = w.abs().max() if amax is None else torch.as_tensor(amax).float()
+    batched = quantize_nvfp4_batched(w.unsqueeze(0), amax.reshape(1))
+    return {name: tensor[0] for name, tensor in batched.items()}
+
+
+def quantize_nvfp4_batched(weights: Any, amax: Any) -> dict[str, Any]:
+    """:func:`quantize_nvfp4` of ``weights`` [n, out, in] with per-tensor ``amax`` [n], in one
+    call of the NVFP4 reference (verify.nvfp4) instead of n."""
+    import torch
+
+    from ..verify import nvfp4
+
+    w = weights.float()
+    weight_scale_2 = (amax.float().clamp(min=1e-12) / (E2M1_MAX * E4M3_MAX)).to(torch.float32)
+    # FlashInfer's global scale is 1 / weight_scale_2: the e4m3 block scale is
+    # e4m3(amax16 / (6 * weight_scale_2)) and the codes are x / (scale * weight_scale_2).
+    # nvfp4 takes one global scale, so each tensor is divided by its weight_scale_2 first
+    # and quantized with global scale 1 (the same scales and codes).
+    codes, sf_bits = nvfp4.quantize_rowmajor(w / weight_scale_2.view(-1, 1, 1), 1.0, GROUP_SIZE)
     return {
-        "weight": fp4ref.pack_e2m1(codes),
+        "weight": nvfp4.pack_e2m1(codes),
         "weight_scale": sf_bits.view(torch.float8_e4m3fn),
-        "weight_scale_2": weight_scale_2.reshape(()),
+        "weight_scale_2": weight_scale_2,
     }
 
 
-def dequantize_nvfp4(tensors: dict[str, Any]) -> Any:
+def dequantize_nvfp4(tensors: Mapping[str, Any]) -> Any:
     """Inverse of :func:`quantize_nvfp4` (float32), for checks."""
-    from .. import fp4ref
+    from ..verify import nvfp4
 
-    codes = fp4ref.unpack_e2m1(tensors["weight"])
-    values = fp4ref.e2m1_decode(codes)
+    codes = nvfp4.unpack_e2m1(tensors["weight"])
+    values = nvfp4.e2m1_decode(codes)
     scale = tensors["weight_scale"].float().repeat_interleave(GROUP_SIZE, dim=-1)
     return values * scale * tensors["weight_scale_2"].float()
 
 
-def state_dict(spec: TinyLlama) -> dict[str, Any]:
-    """All tensors, named as a HF Llama checkpoint exported by ModelOpt names them."""
+def _layer_of(name: str) -> str:
+    """``model.layers.<i>`` for a layer's tensors, the name itself otherwise."""
+    parts = name.split(".")
+    return ".".join(parts[:3]) if parts[:2] == ["model", "layers"] else name
+
+
+def state_dict(family: Family, config: Mapping[str, Any], seed: int = 0) -> dict[str, Any]:
+    """All tensors of the export, named as the HF checkpoint of ``family`` names them."""
     import torch
 
-    gen = torch.Generator().manual_seed(spec.seed)
+    gen = torch.Generator().manual_seed(seed)
 
     def randn(*shape: int, std: float) -> Any:
         return torch.randn(*shape, generator=gen, dtype=torch.float32) * std
 
+    h = config["hidden_size"]
+    input_scale = torch.tensor(ACTIVATION_AMAX / (E2M1_MAX * E4M3_MAX), dtype=torch.float32)
     tensors: dict[str, Any] = {}
-    h = spec.hidden_size
-    tensors["model.embed_tokens.weight"] = randn(spec.vocab_size, h, std=1.0).to(torch.bfloat16)
-    input_scale = torch.tensor(spec.activation_amax / (E2M1_MAX * E4M3_MAX), dtype=torch.float32)
-    for layer in range(spec.num_layers):
-        prefix = f"model.layers.{layer}"
-        tensors[f"{prefix}.input_layernorm.weight"] = torch.ones(h, dtype=torch.bfloat16)
-        tensors[f"{prefix}.post_attention_layernorm.weight"] = torch.ones(h, dtype=torch.bfloat16)
-        weights = {
-            name: randn(out_f, in_f, std=in_f**-0.5)
-            for name, (out_f, in_f) in spec.linears().items()
-        }
-        amax = {name: w.abs().max() for name, w in weights.items()}
-        for group in FUSED_GROUPS:
-            shared = max(amax[name] for name in group)
-            amax.update({name: shared for name in group})
-        for name, weight in weights.items():
-            quantized = quantize_nvfp4(weight, amax[name])
-            for suffix, tensor in quantized.items():
-                tensors[f"{prefix}.{name}.{suffix}"] = tensor
-            tensors[f"{prefix}.{name}.input_scale"] = input_scale.clone()
-    tensors["model.norm.weight"] = torch.ones(h, dtype=torch.bfloat16)
-    # Large logits: a wide top-1 margin keeps greedy decoding stable across kernels.
-    tensors["lm_head.weight"] = randn(spec.vocab_size, h, std=8 * h**-0.5).to(torch.bfloat16)
+    # Linears are made a layer at a time: fused groups share their amax (ModelOpt unifies
+    # the amax of linears that share an input), and equal shapes quantize in one batch.
+    linears: dict[str, Any] = {}
+    fused: dict[str, str] = {}
+
+    def flush_linears() -> None:
+        amax = {name: w.abs().max() for name, w in linears.items()}
+        for key in set(fused.values()):
+            members = [n for n, k in fused.items() if k == key]
+            shared = max(amax[n] for n in members)
+            amax.update(dict.fromkeys(members, shared))
+        by_shape: dict[tuple[int, ...], list[str]] = {}
+        for name, weight in linears.items():
+            if family.is_excluded(name, config):
+                tensors[f"{name}.weight"] = weight.to(torch.bfloat16)
+            else:
+                by_shape.setdefault(tuple(weight.shape), []).append(name)
+        for names in by_shape.values():
+            batch = quantize_nvfp4_batched(
+                torch.stack([linears[n] for n in names]), torch.stack([amax[n] for n in names])
+            )
+            for i, name in enumerate(names):
+                for suffix, tensor in batch.items():
+                    tensors[f"{name}.{suffix}"] = tensor[i].clone()
+                tensors[f"{name}.input_scale"] = input_scale.clone()
+        linears.clear()
+        fused.clear()
+
+    layer = None
+    for spec in family.tensors(config):
+        if _layer_of(spec.name) != layer:
+            flush_linears()
+            layer = _layer_of(spec.name)
+        if spec.role is Role.LINEAR:
+            linears[spec.name] = randn(*spec.shape, std=spec.shape[1] ** -0.5)
+            if spec.fused is not None:
+                fused[spec.name] = spec.fused
+        elif spec.role is Role.NORM:
+            tensors[spec.name] = torch.ones(spec.shape, dtype=torch.bfloat16)
+        elif spec.role in (Role.BIAS, Role.NORM_BIAS):
+            tensors[spec.name] = torch.zeros(spec.shape, dtype=torch.bfloat16)
+        elif spec.role is Role.EMBEDDING:
+            tensors[spec.name] = randn(*spec.shape, std=1.0).to(torch.bfloat16)
+        elif spec.role is Role.ROUTER:
+            # Wide gaps between expert scores: routing must not flip between kernels.
+            tensors[spec.name] = randn(*spec.shape, std=4 * h**-0.5).to(torch.bfloat16)
+        elif spec.role is Role.ROUTER_BIAS:
+            # Distinct, evenly spaced per-expert biases break ties between sigmoid scores.
+            (experts,) = spec.shape
+            order = torch.randperm(experts, generator=gen).float()
+            tensors[spec.name] = (order / experts - 0.5).to(torch.float32)
+        elif spec.role is Role.LM_HEAD:
+            # Large logits: a wide top-1 margin keeps greedy decoding stable across kernels.
+            tensors[spec.name] = randn(*spec.shape, std=8 * h**-0.5).to(torch.bfloat16)
+        else:  # pragma: no cover - every Role is handled above
+            raise AssertionError(spec.role)
+    flush_linears()
     return tensors
 
 
-def write_tokenizer(out: pathlib.Path, spec: TinyLlama) -> None:
+def write_tokenizer(out: pathlib.Path, max_length: int) -> None:
     """A byte-level BPE without merges: 256 byte tokens + BOS/EOS; no download."""
     from tokenizers import (
         Tokenizer,
@@ -229,7 +227,7 @@ def write_tokenizer(out: pathlib.Path, spec: TinyLlama) -> None:
                 "tokenizer_class": "PreTrainedTokenizerFast",
                 "bos_token": BOS,
                 "eos_token": EOS,
-                "model_max_length": spec.max_position_embeddings,
+                "model_max_length": max_length,
                 "clean_up_tokenization_spaces": False,
                 "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}",
             },
@@ -242,30 +240,33 @@ def write_tokenizer(out: pathlib.Path, spec: TinyLlama) -> None:
     )
 
 
-def write_checkpoint(out: pathlib.Path, spec: TinyLlama = TinyLlama()) -> pathlib.Path:
-    """Write the checkpoint into ``out`` (created); return ``out``."""
+def write_checkpoint(
+    out: pathlib.Path, family: Family, size: Size = Size.SERVE, seed: int = 0
+) -> pathlib.Path:
+    """Write the checkpoint of ``family`` into ``out`` (created); return ``out``."""
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
-    tensors = state_dict(spec)
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(model_config(spec), indent=2) + "\n")
-    (out / "hf_quant_config.json").write_text(json.dumps(hf_quant_config(), indent=4) + "\n")
+    config = model_config(family, size)
+    excluded = config["quantization_config"]["ignore"]
+    save_file(state_dict(family, config, seed), str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (out / "hf_quant_config.json").write_text(json.dumps(hf_quant_config(excluded), indent=4) + "\n")
     (out / "generation_config.json").write_text(
         json.dumps({"bos_token_id": 256, "eos_token_id": 257, "do_sample": False}, indent=2) + "\n"
     )
-    write_tokenizer(out, spec)
+    write_tokenizer(out, config["max_position_embeddings"])
     return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="write a tiny ModelOpt NVFP4 Llama checkpoint")
+    parser = argparse.ArgumentParser(description="write a tiny ModelOpt NVFP4 checkpoint")
     parser.add_argument("out", type=pathlib.Path)
-    defaults = TinyLlama()
-    parser.add_argument("--layers", type=int, default=defaults.num_layers)
-    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--family", choices=sorted(FAMILIES), default="llama")
+    parser.add_argument("--size", choices=[s.value for s in Size], default=Size.SERVE.value)
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    path = write_checkpoint(args.out, TinyLlama(num_layers=args.layers, seed=args.seed))
+    path = write_checkpoint(args.out, FAMILIES[args.family], Size(args.size), args.seed)
     print(path)
     return 0
 

@@ -1,10 +1,20 @@
-"""The sglang command lines, per sglang version.
+"""The sglang command lines, per sglang release and matrix cell.
 
-Piecewise CUDA graphs (sglang's ``--enable-piecewise-cuda-graph`` feature) are opt-in up to
-0.5.9 and on by default from 0.5.10 (``--disable-piecewise-cuda-graph`` turns them off; the old
-enable flag stays as a deprecated no-op).  From 0.5.10 sglang may also switch them off by
-itself (speculative decoding, DP attention, NSA models, ...): the server log says whether the
-piecewise graphs were really captured (:data:`PIECEWISE_CAPTURED_MARKER`).
+Piecewise CUDA graphs (sglang's ``PiecewiseCudaGraphRunner``), per release:
+
+- 0.5.9: opt-in, ``--enable-piecewise-cuda-graph`` (server_args.py ``enable_piecewise_cuda_graph``;
+  ModelRunner.init_piecewise_cuda_graphs returns unless it is set).  For NSA models the
+  series first turned piecewise off (0003); with helper ``nsa``'s backport of sglang PR
+  #23351 the same flag really enables it.
+- 0.5.10, 0.5.11: on by default, ``--disable-piecewise-cuda-graph`` turns it off (the old
+  enable flag is a deprecated no-op).  ``ServerArgs._handle_piecewise_cuda_graph`` switches
+  it off by itself for some setups, among them NSA models
+  (``ModelConfig.is_piecewise_cuda_graph_disabled_model``: ``is_deepseek_nsa``);
+  ``--enforce-piecewise-cuda-graph`` skips every such rule.  NSA cells therefore pass it.
+
+The server log says whether the piecewise graphs were really captured
+(:data:`PIECEWISE_CAPTURED_MARKER`); tests/integration checks every flag chosen here
+against each release's own ``server_args.py`` and argument handling.
 """
 
 from __future__ import annotations
@@ -16,6 +26,9 @@ import re
 from collections.abc import Sequence
 
 from packaging.version import Version
+
+from .families import Family
+from .matrix import Cell, Fusion, StartOrder
 
 # Logged by ModelRunner.init_piecewise_cuda_graphs once capture finished (0.5.9 ... 0.5.11).
 PIECEWISE_CAPTURED_MARKER = "Capture piecewise CUDA graph end"
@@ -43,30 +56,43 @@ class PiecewiseFlags:
         return frozenset(self.on + self.off)
 
 
-def piecewise_flags(sglang_version: str) -> PiecewiseFlags:
+def _base(sglang_version: str) -> Version:
+    return Version(Version(sglang_version).base_version)
+
+
+def piecewise_flags(sglang_version: str, family: Family | None = None) -> PiecewiseFlags:
     """Flags for ``sglang_version`` (an upstream version, a local label is ignored)."""
-    version = Version(Version(sglang_version).base_version)
-    if version < DEFAULT_ON_SINCE:
+    if _base(sglang_version) < DEFAULT_ON_SINCE:
         return PiecewiseFlags(on=("--enable-piecewise-cuda-graph",), off=())
-    return PiecewiseFlags(on=(), off=("--disable-piecewise-cuda-graph",))
+    on: tuple[str, ...] = ("--enforce-piecewise-cuda-graph",) if family is not None and family.nsa else ()
+    return PiecewiseFlags(on=on, off=("--disable-piecewise-cuda-graph",))
 
 
-def server_command(
-    python: pathlib.Path | str,
+def cell_flags(cell: Cell) -> tuple[str, ...]:
+    """The launch_server flags of a cell, the same with piecewise on and off."""
+    flags: list[str] = []
+    if cell.start_order is StartOrder.NO_CUDA_GRAPH:
+        flags.append("--disable-cuda-graph")
+    if cell.moe_backend is not None:
+        flags += ["--moe-runner-backend", cell.moe_backend]
+    if cell.fusion is Fusion.OFF:
+        flags.append("--disable-shared-experts-fusion")
+    return tuple(flags)
+
+
+def server_args(
     *,
     sglang_version: str,
     model_path: pathlib.Path | str,
+    cell: Cell,
     mode: Piecewise,
     tp: int,
     port: int,
     host: str = "127.0.0.1",
     extra: Sequence[str] = (),
 ) -> list[str]:
-    """``python -m sglang.launch_server`` with NVFP4 weights and piecewise ``mode``."""
+    """The arguments of ``sglang.launch_server`` for ``cell`` with piecewise ``mode``."""
     return [
-        str(python),
-        "-m",
-        "sglang.launch_server",
         "--model-path",
         str(model_path),
         "--quantization",
@@ -77,9 +103,29 @@ def server_command(
         host,
         "--port",
         str(port),
-        *piecewise_flags(sglang_version).for_mode(mode),
+        *cell_flags(cell),
+        *piecewise_flags(sglang_version, cell.family).for_mode(mode),
         *extra,
     ]
+
+
+def server_command(
+    python: pathlib.Path | str,
+    *,
+    sglang_version: str,
+    model_path: pathlib.Path | str,
+    cell: Cell,
+    mode: Piecewise,
+    tp: int,
+    port: int,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """``python -m sglang.launch_server`` + :func:`server_args`."""
+    args = server_args(
+        sglang_version=sglang_version, model_path=model_path, cell=cell, mode=mode, tp=tp,
+        port=port, extra=extra,
+    )
+    return [str(python), "-m", "sglang.launch_server", *args]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -8,10 +8,8 @@ import pathlib
 import shlex
 from collections.abc import Sequence
 
-from .. import stacks
-from ..errors import ConfigError
-
-PYPI_SIMPLE = "https://pypi.org/simple/"
+from ..model import stacks
+from ..model.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,10 +88,33 @@ class InstallPlan:
     pins: StackPins
     find_links: pathlib.Path | None
     index_url: str | None
+    # Installed after the pins, in their own pip call: requirements that conflict with a
+    # pin of sglang's (transformers for a model type its pinned transformers lacks).
+    overrides: tuple[str, ...] = ()
 
     @property
     def python(self) -> pathlib.Path:
         return self.venv / "bin" / "python"
+
+    def missing_wheels(self) -> list[str]:
+        """The patched pins no wheel in ``find_links`` provides (with no index to ask)."""
+        if self.index_url or self.find_links is None:
+            return []
+        names = [p.name for p in self.find_links.glob("*.whl")] if self.find_links.is_dir() else []
+        missing = []
+        for pin in self.pins.pins:
+            if not pin.patched:
+                continue
+            # Wheel file names normalise the project name (PEP 427): - and . become _.
+            stem = f"{pin.project.replace('-', '_').replace('.', '_')}-{pin.version}-"
+            if not any(n.startswith(stem) for n in names):
+                missing.append(pin.requirement)
+        return missing
+
+    def with_overrides(self, *requirements: str) -> InstallPlan:
+        """The same pins in a venv of its own, plus ``requirements`` installed over them."""
+        name = "-".join(r.replace("==", "-") for r in requirements)
+        return dataclasses.replace(self, venv=self.work_dir / f"venv-{name}", overrides=requirements)
 
     def commands(self) -> list[list[str]]:
         """Create the venv; install the pins with sglang's full dependencies.
@@ -108,11 +129,18 @@ class InstallPlan:
         if self.index_url:
             install += ["--extra-index-url", self.index_url]
         install += [pin.requirement for pin in self.pins.pins]
-        return [
+        commands = [
             [self.base_python, "-m", "venv", str(self.venv)],
             [str(self.python), "-m", "pip", "install", "--upgrade", "pip"],
             install,
         ]
+        if self.overrides:
+            commands.append([str(self.python), "-m", "pip", "install", *self.overrides])
+        return commands
+
+
+# Printed by the venv's python: the installed transformers version.
+TRANSFORMERS_PROBE = "import importlib.metadata as m; print(m.version('transformers'))"
 
 
 def make_plan(

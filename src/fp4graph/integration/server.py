@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import Fp4graphError
+from ..model.errors import Fp4graphError
 
 # Fixed prompts; greedy decoding of each must be the same with piecewise on and off.
 PROMPTS: tuple[str, ...] = (
@@ -61,7 +61,7 @@ def wait_healthy(
     process: subprocess.Popen[bytes] | None,
     log: pathlib.Path | None,
     timeout: float,
-    interval: float = 1.0,
+    interval: float = 0.25,
 ) -> float:
     """Poll ``/health`` until 200; return the seconds waited.  Raise if the process dies."""
     start = time.monotonic()

@@ -1,0 +1,474 @@
+"""PR-ready branches from a series (``python -m fp4graph upstream PROJECT``).
+
+Builds a git repository of the upstream source (a clone of ``--repo``, else one made
+from the pinned sdist), applies the nearest series with ``git am -3`` (one commit per
+patch, author and message from the patch), runs upstream's own checks on the touched
+files and the tests the patches add, and writes, per patch (= per pull request):
+
+    <out>/repo/                           the repository; branch fp4graph/<topic> per PR
+    <out>/prs/<topic>/<NNNN-subject>.patch   ``git format-patch`` of the PR's commit
+    <out>/prs/<topic>/PR.md               the PR body, on upstream's template
+    <out>/summary.md, summary.json        checks, tests, branches
+
+PRs are stacked: branch k holds patches 1..k; each PR body names the branch it is
+stacked on.  Nothing is pushed unless ``--push --remote R`` is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from packaging.version import Version
+
+from ..model import projects
+from ..model.config import Settings
+from ..model.errors import ConfigError
+from ..model.files import atomic_directory
+from ..model.log import log
+from ..model.series import DEP3_FIELD, Patch, Series, nearest_series
+from ..model.stacks import Artifact, load
+from . import checks
+from .rebase import Applied, am_series
+from .sources import SourceRepo, checkout_at, git, source_repo
+
+BRANCH_PREFIX = "fp4graph/"
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class TestRun:
+    path: str
+    command: str
+    outcome: str  # passed | failed | skipped | not-run
+    output: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PullRequest:
+    patch: Patch
+    branch: str
+    commit: str
+    stacked_on: str | None
+    patch_file: pathlib.Path
+    body_file: pathlib.Path
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Result:
+    project: str
+    version: str
+    series_version: str
+    origin: str
+    repo: pathlib.Path
+    checks_source: str
+    checks: tuple[checks.CheckResult, ...]
+    tests: tuple[TestRun, ...]
+    prs: tuple[PullRequest, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.blocks for c in self.checks) and all(
+            t.outcome != "failed" for t in self.tests
+        )
+
+
+# --- PR bodies -------------------------------------------------------------------
+
+
+def issue_links(patch: Patch, project: str) -> list[str]:
+    """Every Bug*: URL in the patch message, then the project's standing issues."""
+    urls: list[str] = []
+    for line in patch.body.splitlines():
+        match = DEP3_FIELD.match(line)
+        if match and match["name"].startswith("Bug"):
+            urls.extend(match["value"].split())
+    for url in projects.get(project).linked_issues:
+        if url not in urls:
+            urls.append(url)
+    return urls
+
+
+def _issue_ref(url: str, project: str) -> str:
+    match = re.fullmatch(r"https://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)", url)
+    if not match:
+        return url
+    return f"#{match[2]}" if match[1] == projects.get(project).github else f"{match[1]}#{match[2]}"
+
+
+def prose(patch: Patch) -> str:
+    """The message body without DEP-3 lines (why and what, as the author wrote it)."""
+    lines = [line for line in patch.body.splitlines() if not DEP3_FIELD.match(line)]
+    return "\n".join(lines).strip()
+
+
+def latest_bench(repo_root: pathlib.Path) -> tuple[pathlib.Path, Any] | None:
+    found = sorted(repo_root.glob("benchmarks/results/*.json"), key=lambda p: (p.stat().st_mtime, p.name))
+    if not found:
+        return None
+    try:
+        return found[-1], json.loads(found[-1].read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _bench_text(bench: tuple[pathlib.Path, Any] | None) -> str:
+    if bench is None:
+        return "No benchmark results yet (`nox -s bench` writes benchmarks/results/*.json)."
+    path, data = bench
+    text = json.dumps(data, indent=2, sort_keys=True)
+    lines = text.splitlines()
+    if len(lines) > 60:
+        text = "\n".join(lines[:60]) + "\n..."
+    return f"Latest fp4graph benchmark (`{path.name}`):\n\n```json\n{text}\n```"
+
+
+def _test_plan(patch: Patch, result_tests: Sequence[TestRun], project: str) -> str:
+    added = [t for t in result_tests if t.path in patch.files]
+    lines = []
+    for t in added:
+        lines.append(f"- `{t.command}`: {t.outcome}")
+    if not added:
+        lines.append("- This patch adds no test file; it is covered by the tests of the stack.")
+    lines.append(
+        "- Downstream: fp4graph runs SGLang with piecewise CUDA graphs on SM120 "
+        "(`torch.compile(fullgraph=True)` over the NVFP4 path) with this change applied."
+    )
+    return "\n".join(lines)
+
+
+def _check_text(results: Sequence[checks.CheckResult], patch: Patch) -> tuple[bool, str]:
+    """Whether upstream's hooks ran on this patch's files and passed, and what ran."""
+    mine = [c for c in results if set(c.files) & set(patch.files)]
+    if not mine:
+        return False, "No pre-commit hook we run covers the files of this patch (or none ran)."
+    lines = [f"- `{c.command}`: {c.status}" for c in mine]
+    return not any(c.blocks for c in mine), "\n".join(lines)
+
+
+def _sections(template: str) -> list[tuple[str, list[str]]]:
+    sections: list[tuple[str, list[str]]] = [("", [])]
+    for line in template.splitlines():
+        if line.startswith("## "):
+            sections.append((line, []))
+        else:
+            sections[-1][1].append(line)
+    return sections
+
+
+def _tick(lines: list[str], pattern: str) -> list[str]:
+    return [re.sub(r"^- \[ \]", "- [x]", ln) if re.search(pattern, ln, re.I) else ln for ln in lines]
+
+
+def render_body(
+    *,
+    template: str,
+    project: str,
+    patch: Patch,
+    stacked_on: str | None,
+    check_results: Sequence[checks.CheckResult],
+    tests: Sequence[TestRun],
+    bench: tuple[pathlib.Path, Any] | None,
+) -> str:
+    """Fill upstream's PR template from the patch's message and DEP-3 header."""
+    checks_ok, check_text = _check_text(check_results, patch)
+    adds_tests = any(projects.get(project).test_file.match(f) for f in patch.files)
+    tests_ok = all(t.outcome in ("passed",) for t in tests if t.path in patch.files)
+    issues = "\n".join(f"- {_issue_ref(u, project)} ({u})" for u in issue_links(patch, project))
+    files = "\n".join(f"- `{f}`" for f in patch.files)
+    stack = (
+        f"\n\nStacked on `{stacked_on}` (review that PR first; this one adds only its own commit)."
+        if stacked_on else ""
+    )
+    origin = (
+        f"Carried in fp4graph as `{patch.name}` "
+        f"(Forwarded: {patch.fields.get('Forwarded', '?')}, "
+        f"Last-Update: {patch.fields.get('Last-Update', '?')})."
+    )
+    fill = {
+        "description": f"**{patch.subject}**\n\n{prose(patch)}{stack}",
+        "related issues": issues,
+        "motivation": f"{prose(patch)}\n\nRelated issues:\n{issues}{stack}",
+        "modifications": f"{patch.fields.get('Description', patch.subject)}\n\nFiles:\n{files}\n\n"
+        f"Test plan:\n{_test_plan(patch, tests, project)}",
+        "benchmark": _bench_text(bench),
+        "reviewer notes": f"{origin}\n\nChecks run on the touched files:\n{check_text}\n\n"
+        f"{_bench_text(bench)}",
+    }
+    out = []
+    for heading, lines in _sections(template):
+        key = heading.lower()
+        body = [ln for ln in lines]
+        for name, text in fill.items():
+            if name in key:
+                body = [ln for ln in lines if not ln.strip().startswith("<!--")]
+                body = ["", text, *[ln for ln in body if ln.strip()], ""]
+                break
+        if "checklist" in key or "tests" in key:
+            if checks_ok:
+                body = _tick(body, r"run the hooks|format your code")
+            if adds_tests:
+                body = _tick(body, r"tests have been added|add unit tests")
+                if tests_ok:
+                    body = _tick(body, r"all tests are passing")
+        if "tests" in key and "test plan" not in "\n".join(body).lower():
+            body = [*body, "", "Test plan:", _test_plan(patch, tests, project), ""]
+        out.append("\n".join(([heading] if heading else []) + body))
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip() + "\n"
+
+
+def read_template(tree: pathlib.Path, project: str) -> tuple[str, str]:
+    for name in (".github/pull_request_template.md", ".github/PULL_REQUEST_TEMPLATE.md"):
+        path = tree / name
+        if path.is_file():
+            return path.read_text(encoding="utf-8"), f"{name} in the tree"
+    known = projects.get(project)
+    return known.pr_template, (
+        f"the section headings of {known.github}'s .github/pull_request_template.md "
+        "(the tree has none)"
+    )
+
+
+# --- tests the patches add -------------------------------------------------------
+
+
+def link_editable_data(root: pathlib.Path, data: projects.EditableData) -> None:
+    """Lay out ``data.directory`` as an editable install does (git-ignored in the repo)."""
+    directory = root / data.directory
+    directory.mkdir(exist_ok=True)
+    for name, source in data.links.items():
+        link = directory / name
+        if (root / source).exists() and not link.exists():
+            link.symlink_to(root / source, target_is_directory=True)
+    exclude = root / ".git" / "info" / "exclude"
+    if not (root / ".git").is_dir():
+        return
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    known = exclude.read_text() if exclude.exists() else ""
+    if f"/{data.directory}/" not in known.splitlines():
+        exclude.write_text(known + f"/{data.directory}/\n")
+
+
+def run_added_tests(
+    repo: SourceRepo, series: Series, python: str, timeout: int
+) -> list[TestRun]:
+    """Run each test file the series adds or changes, with ``python``, on this machine."""
+    project = projects.get(repo.project)
+    if project.editable_data is not None:
+        link_editable_data(repo.path, project.editable_data)
+    paths = sorted({f for p in series.patches for f in p.files if project.test_file.match(f)})
+    runs = []
+    probe = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
+    for rel in paths:
+        if not (repo.path / rel).is_file():
+            continue
+        env = dict(os.environ)
+        if project.tests_run_as == "script":
+            cmd = [python, rel]
+        else:
+            cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", rel]
+        root = repo.path / project.test_pythonpath
+        env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+        shown = subprocess.list2cmdline(["python", *cmd[1:]])
+        if probe.returncode != 0:
+            runs.append(TestRun(path=rel, command=shown, outcome="not-run",
+                                output=f"{python} has no torch: {probe.stderr.strip()[-300:]}"))
+            continue
+        log(f"test {shown}")
+        try:
+            result = subprocess.run(cmd, cwd=repo.path, env=env, capture_output=True, text=True,
+                                    timeout=timeout)
+        except subprocess.TimeoutExpired:
+            runs.append(TestRun(path=rel, command=shown, outcome="failed", output=f"timed out after {timeout}s"))
+            continue
+        output = (result.stdout + result.stderr).strip()
+        missing = re.search(r"ModuleNotFoundError: No module named '([^']+)'", output)
+        if result.returncode != 0 and missing:
+            runs.append(TestRun(path=rel, command=shown, outcome="not-run",
+                                output=f"needs {missing[1]!r}, which {python} lacks\n" + output[-2000:]))
+            continue
+        if result.returncode == 0:
+            outcome = "skipped" if re.search(r"\b\d+ skipped\b", output) and " passed" not in output else "passed"
+        elif result.returncode == 5:
+            outcome = "skipped"
+        else:
+            outcome = "failed"
+        runs.append(TestRun(path=rel, command=shown, outcome=outcome, output=output[-4000:]))
+    return runs
+
+
+# --- the command ------------------------------------------------------------------
+
+
+def target_artifact(settings: Settings, project: str, version: str | None) -> Artifact:
+    catalog = load(settings.stacks_file)
+    if version is not None:
+        return catalog.artifact(project, version)
+    pinned = [a for a in catalog.artifacts.values() if a.project == project]
+    if not pinned:
+        raise ConfigError(f"{settings.stacks_file}: no {project} artifact pinned")
+    return max(pinned, key=lambda a: Version(a.version))
+
+
+def prepare(
+    settings: Settings,
+    project: str,
+    out: pathlib.Path,
+    *,
+    version: str | None = None,
+    repo: pathlib.Path | None = None,
+    base: str | None = None,
+    run_checks: bool = True,
+    tools: str = "auto",
+    run_tests: bool = True,
+    python: str = sys.executable,
+    test_timeout: int = 900,
+) -> Result:
+    """Build ``out`` (replacing it): the repository, branches, patches, PR bodies, summary."""
+    projects.get(project)  # an unknown project fails here, naming the known ones
+    artifact = target_artifact(settings, project, version)
+    series = nearest_series(settings.patches_dir, project, artifact.version)
+    with atomic_directory(out, replace=True) as staging:
+        source = source_repo(settings, artifact, staging / "repo", repo=repo, base=base)
+        applied = am_series(source, series, branch_prefix=BRANCH_PREFIX)
+        touched = sorted({f for p in series.patches for f in p.files})
+        if run_checks:
+            checks_source, check_results = run_upstream_checks(
+                source, touched, tools=tools, cache_dir=settings.cache_dir
+            )
+        else:
+            checks_source, check_results = "not run (--no-checks)", []
+        tests = run_added_tests(source, series, python, test_timeout) if run_tests else []
+        template, template_source = read_template(source.path, project)
+        bench = latest_bench(settings.repo)
+        prs = _write_prs(staging, source, applied, template, check_results, tests, bench)
+        result = Result(
+            project=project, version=artifact.version, series_version=series.version,
+            origin=source.origin, repo=out / "repo", checks_source=checks_source,
+            checks=tuple(check_results), tests=tuple(tests),
+            prs=tuple(dataclasses.replace(
+                pr, patch_file=out / pr.patch_file.relative_to(staging),
+                body_file=out / pr.body_file.relative_to(staging),
+            ) for pr in prs),
+        )
+        _write_summary(staging, result, template_source)
+    return result
+
+
+def run_upstream_checks(
+    source: SourceRepo, touched: Sequence[str], *, tools: str, cache_dir: pathlib.Path
+) -> tuple[str, list[checks.CheckResult]]:
+    """Upstream's hooks on the ``touched`` files; where one fails, whether it fails on
+    upstream's own files too.  Returns where the hooks came from, and the results."""
+    config, checks_source = checks.load_config(source.path, source.project)
+    hooks = checks.hooks_for(config, source.project)
+    results = checks.run_hooks(source.path, hooks, touched, tools=tools, cache_dir=cache_dir)
+    if not all(c.ok for c in results):
+        with checkout_at(source, source.base) as base_tree:
+            results = checks.mark_upstream_failures(
+                results, hooks, source.path, base_tree, tools=tools, cache_dir=cache_dir
+            )
+    return checks_source, results
+
+
+def _write_prs(
+    staging: pathlib.Path,
+    source: SourceRepo,
+    applied: Sequence[Applied],
+    template: str,
+    check_results: Sequence[checks.CheckResult],
+    tests: Sequence[TestRun],
+    bench: tuple[pathlib.Path, Any] | None,
+) -> list[PullRequest]:
+    prs = []
+    previous: str | None = None
+    for item in applied:
+        name = item.patch.topic
+        branch = BRANCH_PREFIX + name.rstrip("-.")
+        pr_dir = staging / "prs" / name
+        pr_dir.mkdir(parents=True)
+        made = git(source.path, "format-patch", "-1", "--no-numbered", "-o", str(pr_dir), item.commit)
+        patch_file = pathlib.Path(made.stdout.strip().splitlines()[-1])
+        if not patch_file.is_absolute():
+            patch_file = source.path / patch_file
+        body = render_body(
+            template=template, project=source.project, patch=item.patch, stacked_on=previous,
+            check_results=check_results, tests=tests, bench=bench,
+        )
+        body_file = pr_dir / "PR.md"
+        body_file.write_text(f"# {item.patch.subject}\n\n{body}", encoding="utf-8")
+        prs.append(PullRequest(
+            patch=item.patch, branch=branch, commit=item.commit, stacked_on=previous,
+            patch_file=patch_file, body_file=body_file,
+        ))
+        previous = branch
+    return prs
+
+
+def _write_summary(staging: pathlib.Path, result: Result, template_source: str) -> None:
+    data = {
+        "project": result.project,
+        "version": result.version,
+        "series_version": result.series_version,
+        "source": result.origin,
+        "checks_config": result.checks_source,
+        "pr_template": template_source,
+        "ok": result.ok,
+        "checks": [
+            {"hook": c.hook, "command": c.command, "files": list(c.files), "ok": c.ok,
+             "fails_upstream": c.fails_upstream, "output": c.output}
+            for c in result.checks
+        ],
+        "tests": [dataclasses.asdict(t) for t in result.tests],
+        "prs": [
+            {"patch": pr.patch.name, "subject": pr.patch.subject, "branch": pr.branch,
+             "commit": pr.commit, "stacked_on": pr.stacked_on,
+             "format_patch": str(pr.patch_file.relative_to(result.repo.parent)),
+             "body": str(pr.body_file.relative_to(result.repo.parent))}
+            for pr in result.prs
+        ],
+    }
+    (staging / "summary.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    lines = [
+        f"# {result.project} {result.version}: upstream pull requests",
+        "",
+        f"- source: {result.origin}",
+        f"- series: patches/{result.project}/{result.series_version}/"
+        + ("" if result.series_version == result.version else f" (carried onto {result.version})"),
+        f"- checks config: {result.checks_source}",
+        f"- PR template: {template_source}",
+        "",
+        "| PR | branch | stacked on |",
+        "|---|---|---|",
+        *[f"| {pr.patch.subject} | `{pr.branch}` | {f'`{pr.stacked_on}`' if pr.stacked_on else 'base'} |"
+          for pr in result.prs],
+        "",
+        "## Checks",
+        "",
+        *[f"- `{c.command}`: {c.status}" for c in result.checks],
+        *(["- (none ran)"] if not result.checks else []),
+        "",
+        "## Tests the patches add",
+        "",
+        *[f"- `{t.command}`: {t.outcome}" for t in result.tests],
+        *(["- (none)"] if not result.tests else []),
+        "",
+    ]
+    for c in result.checks:
+        if not c.ok:
+            lines += [f"### {c.hook} output", "", "```", c.output, "```", ""]
+    (staging / "summary.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+def push(result: Result, remote: str, repo: pathlib.Path | None) -> None:
+    """Push every PR branch to ``remote`` (a URL, or a remote name of ``repo``)."""
+    url = remote
+    if repo is not None and not re.search(r"[:/]", remote):
+        url = git(repo, "remote", "get-url", remote).stdout.strip()
+    for pr in result.prs:
+        git(result.repo, "push", url, f"{pr.branch}:refs/heads/{pr.branch}")

@@ -1,0 +1,231 @@
+"""The pinned upstream artifacts and the stacks built from them (patches/stacks.toml)."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import tomllib
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from .errors import ConfigError
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+_GITHUB_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ArtifactFile:
+    """One file published on the index, pinned by its sha256."""
+
+    filename: str
+    sha256: str
+
+    @property
+    def is_wheel(self) -> bool:
+        return self.filename.endswith(".whl")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SourcePin:
+    """The upstream git release of an artifact: GitHub repository, tag, and the tag's commit."""
+
+    repo: str  # owner/name on GitHub
+    tag: str
+    commit: str  # 40 hex digits: `git rev-parse TAG^{commit}`
+
+    @property
+    def url(self) -> str:
+        return f"https://github.com/{self.repo}.git"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Artifact:
+    """An upstream release we patch: its wheels (and sdist) and our series revision."""
+
+    project: str
+    version: str
+    revision: int
+    files: tuple[ArtifactFile, ...]
+    sdist: ArtifactFile | None = None
+    source: SourcePin | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.project}=={self.version}"
+
+    @property
+    def local_label(self) -> str:
+        return f"fp4graph.{self.revision}"
+
+    @property
+    def patched_version(self) -> str:
+        return f"{self.version}+{self.local_label}"
+
+    def file(self, filename: str | None = None) -> ArtifactFile:
+        """The wheel called ``filename``, or the only/first wheel."""
+        if filename is None:
+            return self.files[0]
+        for f in self.files:
+            if f.filename == filename:
+                return f
+        raise ConfigError(
+            f"{self.key} pins no file {filename!r}; pinned: "
+            + ", ".join(f.filename for f in self.files)
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Stack:
+    """A set of artifacts installed together (e.g. an sglang release and its flashinfer pin)."""
+
+    name: str
+    artifacts: tuple[str, ...]
+    torch: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Catalog:
+    artifacts: Mapping[str, Artifact]
+    stacks: tuple[Stack, ...]
+
+    def artifact(self, project: str, version: str) -> Artifact:
+        key = f"{canonicalize_name(project)}=={version}"
+        try:
+            return self.artifacts[key]
+        except KeyError:
+            raise ConfigError(
+                f"{project} {version} is not pinned in patches/stacks.toml; pinned: "
+                + ", ".join(sorted(self.artifacts))
+            ) from None
+
+    def versions_by_torch(self) -> dict[str, list[str]]:
+        """Each stack's torch pin -> the upstream versions of the stacks that pin it."""
+        out: dict[str, list[str]] = {}
+        for stack in self.stacks:
+            if stack.torch is not None:
+                versions = [self.artifacts[key].version for key in stack.artifacts]
+                out.setdefault(stack.torch, []).extend(versions)
+        return out
+
+    def stack(self, name: str) -> Stack:
+        for stack in self.stacks:
+            if stack.name == name:
+                return stack
+        raise ConfigError(
+            f"no stack {name!r} in patches/stacks.toml; stacks: "
+            + ", ".join(s.name for s in self.stacks)
+        )
+
+    def stack_artifacts(self, stack: Stack) -> list[Artifact]:
+        return [self.artifacts[key] for key in stack.artifacts]
+
+
+def _file(raw: Any, where: str, project: str, version: str) -> ArtifactFile:
+    if not isinstance(raw, dict) or set(raw) != {"filename", "sha256"}:
+        raise ConfigError(f"{where}: each file needs exactly 'filename' and 'sha256', got {raw!r}")
+    filename, sha256 = str(raw["filename"]), str(raw["sha256"]).lower()
+    if not _SHA256.fullmatch(sha256):
+        raise ConfigError(f"{where}: {filename}: sha256 must be 64 hex digits, got {sha256!r}")
+    try:
+        if filename.endswith(".whl"):
+            name, file_version, _, _ = parse_wheel_filename(filename)
+        else:
+            name, file_version = parse_sdist_filename(filename)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {filename!r} is not a wheel or sdist name: {exc}") from None
+    if name != canonicalize_name(project) or file_version != Version(version):
+        raise ConfigError(f"{where}: {filename!r} is not a file of {project} {version}")
+    return ArtifactFile(filename=filename, sha256=sha256)
+
+
+def _source(raw: Any, where: str, project: str, version: str) -> SourcePin:
+    keys = {"repo", "tag", "commit"}
+    if not isinstance(raw, dict) or set(raw) != keys:
+        raise ConfigError(
+            f"{where}: source needs exactly 'repo', 'tag' and 'commit' "
+            f'(e.g. {{ repo = "owner/name", tag = "v{version}", commit = "<40 hex>" }}), got {raw!r}'
+        )
+    repo, tag, commit = str(raw["repo"]), str(raw["tag"]), str(raw["commit"])
+    if not _GITHUB_REPO.fullmatch(repo):
+        raise ConfigError(f"{where}: source repo must be a GitHub 'owner/name', got {repo!r}")
+    if not tag or tag != tag.strip() or version not in tag:
+        raise ConfigError(f"{where}: source tag {tag!r} does not name {project} {version}")
+    if not _COMMIT.fullmatch(commit):
+        raise ConfigError(
+            f"{where}: source commit of {tag} must be 40 lowercase hex digits "
+            f"(git rev-parse {tag}^{{commit}}), got {commit!r}"
+        )
+    return SourcePin(repo=repo, tag=tag, commit=commit)
+
+
+def parse(data: Mapping[str, Any], source: str = "patches/stacks.toml") -> Catalog:
+    artifacts: dict[str, Artifact] = {}
+    for i, raw in enumerate(data.get("artifact", [])):
+        where = f"{source}: artifact #{i + 1}"
+        try:
+            project = canonicalize_name(str(raw["project"]))
+            version = str(raw["version"])
+            revision = int(raw["revision"])
+            files_raw: Sequence[Any] = raw["files"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: needs project, version, revision and files ({exc})") from None
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise ConfigError(f"{where}: {version!r} is not a PEP 440 version") from None
+        if "+" in version:
+            raise ConfigError(f"{where}: pin the upstream version {version!r} without a local label")
+        if revision < 1:
+            raise ConfigError(f"{where}: revision must be >= 1, got {revision}")
+        files = tuple(_file(f, where, project, version) for f in files_raw)
+        if not files or not all(f.is_wheel for f in files):
+            raise ConfigError(f"{where}: 'files' must list the wheels to patch")
+        sdist = _file(raw["sdist"], where, project, version) if "sdist" in raw else None
+        pin = _source(raw["source"], where, project, version) if "source" in raw else None
+        artifact = Artifact(
+            project=project, version=version, revision=revision, files=files, sdist=sdist, source=pin
+        )
+        if artifact.key in artifacts:
+            raise ConfigError(f"{where}: {artifact.key} is pinned twice")
+        artifacts[artifact.key] = artifact
+
+    stacks = []
+    for i, raw in enumerate(data.get("stack", [])):
+        where = f"{source}: stack #{i + 1}"
+        name = str(raw.get("name", ""))
+        keys = []
+        for req in raw.get("artifacts", []):
+            req_project, _, req_version = str(req).partition("==")
+            key = f"{canonicalize_name(req_project)}=={req_version}"
+            if key not in artifacts:
+                raise ConfigError(f"{where} ({name}): {req!r} is not a pinned artifact")
+            keys.append(key)
+        if not name or not keys:
+            raise ConfigError(f"{where}: needs a name and at least one artifact")
+        torch = raw.get("torch")
+        if torch is not None:
+            try:
+                Version(str(torch))
+            except InvalidVersion:
+                raise ConfigError(f"{where} ({name}): torch {torch!r} is not a version") from None
+        stacks.append(
+            Stack(name=name, artifacts=tuple(keys), torch=None if torch is None else str(torch))
+        )
+    return Catalog(artifacts=artifacts, stacks=tuple(stacks))
+
+
+def load(path: pathlib.Path) -> Catalog:
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return parse(data, str(path))

@@ -1,0 +1,199 @@
+"""Build the patched wheels of the selected stacks into ``wheels/``, all or nothing.
+
+Everything is written to a staging directory beside ``wheels/`` and swapped into
+place at the end, so a failed or interrupted build leaves ``wheels/`` as it was.
+"""
+
+from __future__ import annotations
+
+import calendar
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import pathlib
+import shutil
+import tempfile
+from collections.abc import Sequence
+
+from .. import __version__
+from ..model import projects
+from ..model.config import Settings
+from ..model.errors import BuildError, Fp4graphError
+from ..model.files import atomic_directory, recover
+from ..model.log import log
+from ..model.series import Series, load_series
+from ..model.stacks import Artifact, ArtifactFile, Catalog, load
+from . import apply, repack, trees
+from .fetch import fetch, sha256_of
+from .index import write_index, write_metadata_files
+from .repack import pack
+from .trees import build_tree
+
+# Zip timestamps of a series without a Last-Update date (2026-01-01).
+DEFAULT_EPOCH = 1767225600
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BuiltWheel:
+    filename: str
+    sha256: str
+    upstream_filename: str
+    upstream_sha256: str
+
+
+def source_date_epoch(series: Series) -> int:
+    """Zip timestamps for a series: midnight UTC of its newest Last-Update."""
+    day = series.last_update
+    return calendar.timegm(day.timetuple()) if day else DEFAULT_EPOCH
+
+
+def _engine_digest() -> str:
+    """What else decides a wheel's bytes: the engine code that builds it and ``wheel``."""
+    h = hashlib.sha256(importlib.metadata.version("wheel").encode())
+    for module in (apply, repack, trees, projects):
+        h.update(pathlib.Path(str(module.__file__)).read_bytes())
+    return h.hexdigest()
+
+
+def _build_key(artifact: Artifact, pinned: ArtifactFile, series: Series) -> str:
+    parts = [pinned.sha256, series.digest, artifact.patched_version, str(source_date_epoch(series))]
+    return hashlib.sha256("\0".join([*parts, _engine_digest()]).encode()).hexdigest()[:32]
+
+
+def _build_wheel(
+    settings: Settings, artifact: Artifact, pinned: ArtifactFile, series: Series, work: pathlib.Path
+) -> pathlib.Path:
+    """The patched wheel for ``pinned``, from the build cache or built into it.
+
+    Builds are reproducible, so a wheel built from the same inputs by the same
+    engine is reused byte for byte.
+    """
+    cached = settings.cache_dir / "built" / _build_key(artifact, pinned, series)
+    wheels = sorted(cached.glob("*.whl"))
+    if len(wheels) == 1:
+        recorded = wheels[0].with_name(wheels[0].name + ".sha256")
+        if recorded.exists() and recorded.read_text().strip() == sha256_of(wheels[0]):
+            return wheels[0]
+        log(f"rebuild {wheels[0].name}: the cached copy does not match its recorded sha256")
+        shutil.rmtree(cached)
+    wheel = fetch(settings, artifact.project, pinned)
+    tree = pathlib.Path(tempfile.mkdtemp(dir=work, prefix="tree-"))
+    build_tree(artifact, wheel, series, tree)
+    # replace=False: a concurrent build may have won; either is the same.
+    with atomic_directory(cached, replace=False) as staging:
+        result = pack(tree, staging, source_date_epoch(series))
+        shutil.rmtree(tree)
+        result.with_name(result.name + ".sha256").write_text(sha256_of(result) + "\n")
+    return cached / result.name
+
+
+def patched_wheel(settings: Settings, artifact: Artifact, pinned: ArtifactFile) -> pathlib.Path:
+    """The patched wheel of one pinned file, from the build cache or built into it."""
+    series = load_series(settings.patches_dir, artifact.project, artifact.version)
+    if series is None:
+        raise BuildError(f"{artifact.key} has no series in patches/{artifact.project}/{artifact.version}/")
+    settings.cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=settings.cache_dir, prefix=".work-") as work:
+        return _build_wheel(settings, artifact, pinned, series, pathlib.Path(work))
+
+
+def _build_artifact(
+    settings: Settings, artifact: Artifact, series: Series, out: pathlib.Path, work: pathlib.Path
+) -> list[BuiltWheel]:
+    built = []
+    for pinned in artifact.files:
+        source = _build_wheel(settings, artifact, pinned, series, work)
+        result = out / source.name
+        shutil.copyfile(source, result)
+        log(f"built {result.name}")
+        built.append(BuiltWheel(result.name, sha256_of(result), pinned.filename, pinned.sha256))
+    return built
+
+
+def _manifest(
+    catalog: Catalog,
+    stack_names: Sequence[str],
+    series_of: dict[str, Series | None],
+    built: dict[str, list[BuiltWheel]],
+) -> dict[str, object]:
+    artifacts = {}
+    for key, series in series_of.items():
+        artifact = catalog.artifacts[key]
+        artifacts[key] = {
+            "project": artifact.project,
+            "upstream_version": artifact.version,
+            "version": artifact.patched_version if series else artifact.version,
+            "upstream_files": [dataclasses.asdict(f) for f in artifact.files],
+            "series": None
+            if series is None
+            else {
+                "path": f"patches/{artifact.project}/{artifact.version}/series",
+                "sha256": series.digest,
+                "patches": [
+                    {"name": p.name, "subject": p.subject, "sha256": sha256_of(p.path)}
+                    for p in series.patches
+                ],
+            },
+            "wheels": [dataclasses.asdict(w) for w in built.get(key, [])],
+        }
+    stacks = []
+    for name in stack_names:
+        stack = catalog.stack(name)
+        pins = [
+            f"{catalog.artifacts[k].project}=={artifacts[k]['version']}" for k in stack.artifacts
+        ]
+        stacks.append({"name": name, "artifacts": list(stack.artifacts), "pins": pins})
+    return {"fp4graph": __version__, "stacks": stacks, "artifacts": artifacts}
+
+
+def built_pins(wheels_dir: pathlib.Path, stack: str) -> list[str]:
+    """The requirements that install ``stack`` as built (from ``wheels_dir/manifest.json``)."""
+    manifest_path = wheels_dir / "manifest.json"
+    if not manifest_path.exists():
+        raise Fp4graphError(f"{manifest_path}: no such file; run `nox -s wheels` first")
+    manifest = json.loads(manifest_path.read_text())
+    stacks = {s["name"]: s for s in manifest["stacks"]}
+    if stack not in stacks:
+        raise Fp4graphError(
+            f"{manifest_path}: stack {stack!r} was not built; built: {', '.join(stacks)}"
+        )
+    return list(stacks[stack]["pins"])
+
+
+def build(settings: Settings, stack_names: Sequence[str] | None = None) -> dict[str, object]:
+    """Build every selected stack's patched wheels; return the manifest written."""
+    catalog = load(settings.stacks_file)
+    names = list(stack_names) if stack_names else [s.name for s in catalog.stacks]
+    keys = list(dict.fromkeys(k for n in names for k in catalog.stack(n).artifacts))
+    series_of = {
+        k: load_series(settings.patches_dir, catalog.artifacts[k].project, catalog.artifacts[k].version)
+        for k in keys
+    }
+
+    wheels_dir = settings.wheels_dir
+    recover(wheels_dir)
+    with atomic_directory(wheels_dir, replace=True) as staging:
+        work = staging / ".work"
+        work.mkdir()
+        built: dict[str, list[BuiltWheel]] = {}
+        for key, series in series_of.items():
+            if series is None:
+                log(f"skip {key}: no series in patches/")
+                continue
+            built[key] = _build_artifact(settings, catalog.artifacts[key], series, staging, work)
+        shutil.rmtree(work)
+
+        # What is not build output stays: the README and reports of other sessions.
+        readme, reports = wheels_dir / "README.md", wheels_dir / "reports"
+        if readme.exists():
+            shutil.copy2(readme, staging / "README.md")
+        if reports.is_dir():
+            shutil.copytree(reports, staging / "reports", symlinks=True)
+        write_metadata_files(staging)
+        write_index(staging)
+        sums = [f"{w.sha256}  {w.filename}\n" for ws in built.values() for w in ws]
+        (staging / "SHA256SUMS").write_text("".join(sorted(sums, key=lambda s: s[66:])))
+        manifest = _manifest(catalog, names, series_of, built)
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest

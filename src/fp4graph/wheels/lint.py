@@ -1,0 +1,49 @@
+"""Static checks of patches/: stacks.toml, series membership, DEP-3 headers."""
+
+from __future__ import annotations
+
+import pathlib
+
+from packaging.utils import canonicalize_name
+
+from ..model.errors import ConfigError
+from ..model.series import PATCH_NAME, SERIES_FILE, Patch, iter_series_dirs, read_series_names
+from ..model.stacks import load
+
+
+def lint(patches_dir: pathlib.Path) -> list[str]:
+    """Every problem found, one line each naming the file at fault."""
+    problems: list[str] = []
+    try:
+        catalog = load(patches_dir / "stacks.toml")
+    except ConfigError as exc:
+        return [str(exc)]
+    for project, version, directory in iter_series_dirs(patches_dir):
+        where = directory.relative_to(patches_dir.parent)
+        if f"{canonicalize_name(project)}=={version}" not in catalog.artifacts:
+            problems.append(f"{where}: {project} {version} is not pinned in patches/stacks.toml")
+        if not (directory / SERIES_FILE).is_file():
+            problems.append(f"{where}: no series file")
+            continue
+        listed = read_series_names(directory)
+        on_disk = sorted(p.name for p in directory.glob("*.patch"))
+        for name in sorted(set(on_disk) - set(listed)):
+            problems.append(f"{where}/{name}: not listed in series")
+        for name in listed:
+            if listed.count(name) > 1:
+                problems.append(f"{where}/{SERIES_FILE}: lists {name} more than once")
+            if not PATCH_NAME.fullmatch(name):
+                problems.append(f"{where}/{name}: name is not NNNN-topic.patch")
+            if name not in on_disk:
+                problems.append(f"{where}/{SERIES_FILE}: lists {name}, which does not exist")
+                continue
+            try:
+                patch = Patch.load(directory / name)
+            except ConfigError as exc:
+                problems.append(str(exc))
+                continue
+            problems.extend(f"{where}/{name}: {p}" for p in patch.header_problems())
+        numbers = [n[:4] for n in listed]
+        if numbers != sorted(numbers):
+            problems.append(f"{where}/{SERIES_FILE}: patches are not in NNNN order")
+    return sorted(dict.fromkeys(problems))

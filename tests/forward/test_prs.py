@@ -1,0 +1,118 @@
+"""forward.prs: PR-ready branches from a series, on git repositories built from pinned sdists.
+
+Downloads the flashinfer 0.6.3 and sglang 0.5.9 sdists (about 5 and 4 MB, cached).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from fp4graph import cli
+from fp4graph.forward import prs
+from fp4graph.forward.sources import git
+from fp4graph.model.config import Settings
+from fp4graph.model.errors import PatchError
+
+from .conftest import FI, MARKER, add_series, has_tools
+
+pytestmark = pytest.mark.slow
+
+
+def test_flashinfer_prs_from_the_sdist(checkout: Settings, tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "out"
+    result = prs.prepare(checkout, FI, out, version="0.6.3", run_checks=False, run_tests=False)
+    assert result.origin == "sdist flashinfer_python-0.6.3.tar.gz"
+    assert [pr.branch for pr in result.prs] == ["fp4graph/0001-add-fixture-marker"]
+    repo = out / "repo"
+    log = git(repo, "log", "--format=%an|%s", "-2", "fp4graph/0001-add-fixture-marker").stdout
+    assert log.splitlines() == [
+        "fp4graph|test: add a marker the engine tests look for",
+        "fp4graph|flashinfer-python 0.6.3 (flashinfer_python-0.6.3.tar.gz)",
+    ]
+    assert 'FP4GRAPH_FIXTURE = "applied"' in (repo / "flashinfer/__init__.py").read_text()
+    assert (repo / "tests/utils/test_fixture_marker.py").is_file()
+    # format-patch output carries the DEP-3 header and the same diff
+    made = result.prs[0].patch_file.read_text()
+    assert "Last-Update: 2026-11-29" in made and "+FP4GRAPH_FIXTURE" in made
+    body = result.prs[0].body_file.read_text()
+    for heading in ("Description", "Related Issues", "Pull Request Checklist", "Tests", "Reviewer Notes"):
+        assert heading in body
+    assert "#2999" in body and "#2733" in body
+    assert "No benchmark results yet" in body
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["prs"][0]["branch"] == "fp4graph/0001-add-fixture-marker"
+    # the same inputs make the same commits (fixed committer identity and date)
+    again = prs.prepare(checkout, FI, tmp_path / "again", version="0.6.3",
+                             run_checks=False, run_tests=False)
+    assert again.prs[0].commit == result.prs[0].commit
+
+
+def test_conflict_fails_clearly(checkout: Settings, tmp_path: pathlib.Path) -> None:
+    add_series(checkout, FI, "0.6.3", [MARKER, "0003-conflicts.patch"])
+    with pytest.raises(PatchError, match=r"0003-conflicts\.patch: does not apply to flashinfer-python "
+                       r"0\.6\.3 .*git am -3.*flashinfer/__init__\.py.*fp4graph rebase"):
+        prs.prepare(checkout, FI, tmp_path / "out", version="0.6.3", run_checks=False, run_tests=False)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(not has_tools("ruff", "mypy"), reason="ruff/mypy not installed (tests/forward/requirements.txt)")
+def test_flashinfer_checks_use_upstream_config(checkout: Settings, tmp_path: pathlib.Path) -> None:
+    add_series(checkout, FI, "0.6.3", [MARKER, "0004-bad-style.patch"])
+    result = prs.prepare(checkout, FI, tmp_path / "out", version="0.6.3", tools="path",
+                              run_tests=False)
+    by_hook = {c.hook: c for c in result.checks}
+    assert set(by_hook) == {"ruff-check", "ruff-format", "mypy"}, result.checks
+    assert by_hook["mypy"].command.startswith("mypy --config-file pyproject.toml")
+    assert "tests/utils/test_fixture_marker.py" not in by_hook["mypy"].files  # files: ^flashinfer/
+    assert by_hook["ruff-check"].ok
+    assert not by_hook["ruff-format"].ok and "fp4graph_fixture_style.py" in by_hook["ruff-format"].output
+    assert not result.ok
+    assert "(the tree has no .pre-commit-config.yaml)" in result.checks_source
+    bodies = {pr.patch.name: pr.body_file.read_text() for pr in result.prs}
+    assert "ruff format --check" in bodies["0004-bad-style.patch"] and "FAILED" in bodies["0004-bad-style.patch"]
+
+
+def test_sglang_prs_use_the_python_layout(checkout: Settings, tmp_path: pathlib.Path) -> None:
+    tools = has_tools("black", "isort", "codespell")
+    result = prs.prepare(checkout, "sglang", tmp_path / "out", version="0.5.9",
+                              run_checks=tools, tools="path", python=sys.executable)
+    repo = tmp_path / "out" / "repo"
+    assert 'FP4GRAPH_FIXTURE = "applied"' in (repo / "python/sglang/global_config.py").read_text()
+    assert (repo / "test/registered/test_fixture_marker.py").is_file()
+    body = result.prs[0].body_file.read_text()
+    for heading in ("## Motivation", "## Modifications", "## Benchmark & Profiling", "## Checklist"):
+        assert heading in body
+    assert "flashinfer-ai/flashinfer#2999" in body
+    assert [t.path for t in result.tests] == ["test/registered/test_fixture_marker.py"]
+    # passes where sglang's dependencies are installed; else reported, not failed
+    assert result.tests[0].outcome in ("passed", "not-run"), result.tests[0].output
+    if tools:
+        assert {c.hook for c in result.checks} == {"isort", "black-jupyter", "codespell"}
+        assert result.ok, [c.output for c in result.checks if not c.ok]
+
+
+def test_local_clone_and_explicit_push(checkout: Settings, tmp_path: pathlib.Path) -> None:
+    # a user's clone: the pristine source repository, with upstream's tag
+    user = tmp_path / "flashinfer"
+    pristine = prs.prepare(checkout, FI, tmp_path / "first", version="0.6.3",
+                                run_checks=False, run_tests=False)
+    subprocess.run(["git", "clone", "-q", str(pristine.repo), str(user)], check=True)
+    assert git(user, "tag", "--list").stdout.split() == ["v0.6.3"]
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    result = prs.prepare(checkout, FI, tmp_path / "out", version="0.6.3", repo=user,
+                              run_checks=False, run_tests=False)
+    assert result.origin.startswith(f"clone of {user}")
+    assert not git(remote, "branch", "--list").stdout.strip()  # dry run: nothing pushed
+    prs.push(result, str(remote), user)
+    assert "fp4graph/0001-add-fixture-marker" in git(remote, "branch", "--list").stdout
+
+
+def test_push_needs_a_remote(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["upstream", FI, "--push"]) == 2
+    assert "Fp4graphError: --push needs an explicit --remote" in capsys.readouterr().err

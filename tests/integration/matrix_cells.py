@@ -1,0 +1,59 @@
+"""The stacks and cells the CPU integration checks run (shared by conftest and tests)."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+from fp4graph.integration import flags, matrix
+from fp4graph.integration.families import FAMILIES
+from fp4graph.model import stacks
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def sglang_stacks() -> list[tuple[str, str, str]]:
+    """(stack, sglang version, flashinfer version) of every sglang stack in stacks.toml."""
+    catalog = stacks.load(REPO / "patches" / "stacks.toml")
+    out = []
+    for stack in catalog.stacks:
+        versions = {a.project: a.version for a in catalog.stack_artifacts(stack)}
+        if "sglang" in versions:
+            out.append((stack.name, versions["sglang"], versions["flashinfer-python"]))
+    return out
+
+
+SGLANG_STACKS = sglang_stacks()
+STACK_IDS = [name for name, _, _ in SGLANG_STACKS]
+
+
+def load_combinations() -> list[matrix.Cell]:
+    """One cell per family x MoE backend x fusion (start order and piecewise do not change
+    what is loaded)."""
+    return [c for c in matrix.Selection(start_orders=[matrix.StartOrder.DEFAULT]).cells()]
+
+
+def requests(version: str, ckpts: dict[str, pathlib.Path]) -> list[dict[str, Any]]:
+    cells: list[dict[str, Any]] = []
+    for cell in matrix.Selection().cells():
+        for mode in flags.Piecewise:
+            argv = flags.server_args(
+                sglang_version=version, model_path=ckpts[cell.family.name], cell=cell, mode=mode, tp=1, port=30000
+            )
+            cells.append({"id": f"{cell.id}/{mode.value}", "argv": argv, "load": False})
+    for family in FAMILIES.values():  # sglang's own default: no piecewise flag at all
+        cells.append({"id": f"{family.name}/sglang-default", "load": False,
+                      "argv": ["--model-path", str(ckpts[family.name]), "--quantization", "modelopt_fp4"]})
+    for cell in load_combinations():
+        argv = flags.server_args(
+            sglang_version=version, model_path=ckpts[cell.family.name], cell=cell, mode=flags.Piecewise.ON,
+            tp=1, port=30000,
+        )
+        cells.append({"id": f"load:{cell.id}", "argv": argv, "load": True})
+    return cells
+
+
+def stack_versions(stack: str) -> tuple[str, str]:
+    """(sglang version, flashinfer version) of ``stack``."""
+    _, sglang, flashinfer = next(s for s in SGLANG_STACKS if s[0] == stack)
+    return sglang, flashinfer

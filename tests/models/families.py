@@ -1,0 +1,58 @@
+"""The model families of the whole-model simulation: one data row each.
+
+The families are those of ``nox -s integration`` (:mod:`fp4graph.integration.families`):
+the same tiny ``config.json`` (its ``test`` size) with the same ModelOpt NVFP4
+``quantization_config`` the integration checkpoint writer puts in it
+(:func:`fp4graph.integration.checkpoint.model_config`), so the simulation and the SM120
+run cover the same models.
+
+A row is the architecture sglang resolves, its ``kind`` ("dense" or "moe": MoE rows also
+run with ``--moe-runner-backend flashinfer_cutlass``), the ``config.json``, the server
+arguments that select a variant (``disable_shared_experts_fusion``) and ``expect``:
+attributes the built model must have (proof the variant is the one meant).  Add a family
+to the integration families, or a variant row here.  DSA (NSA) families are left to
+:data:`NSA_FAMILIES` (issue 14: their piecewise support is a series of its own).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from fp4graph.integration import checkpoint
+from fp4graph.integration.families import FAMILIES, Family, Size
+
+NSA_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.nsa)
+
+
+def _row(family: Family, **extra: Any) -> dict[str, Any]:
+    expect: dict[str, Any] = {}
+    if family.shared_experts:  # sglang fuses the shared expert into the routed experts
+        expect["num_fused_shared_experts"] = 1
+    return {
+        "architecture": family.architecture,
+        "kind": "moe" if family.moe else "dense",
+        "config": checkpoint.model_config(family, Size.TEST),
+        "server_args": {},
+        "expect": expect,
+        **extra,
+    }
+
+
+ROWS: dict[str, dict[str, Any]] = {name: _row(f) for name, f in FAMILIES.items() if not f.nsa}
+# --disable-shared-experts-fusion: DeepSeek routing through flashinfer's
+# fused_topk_deepseek instead of sgl_kernel's moe_fused_gate.
+ROWS["deepseek-v3-no-fusion"] = _row(
+    FAMILIES["deepseek-v3"],
+    server_args={"disable_shared_experts_fusion": True},
+    expect={"num_fused_shared_experts": 0},
+)
+
+
+def row(name: str) -> dict[str, Any]:
+    """The family ``name`` as a JSON-able dict (``name`` included)."""
+    return {"name": name, **copy.deepcopy(ROWS[name])}
+
+
+def names(kind: str | None = None) -> list[str]:
+    return [n for n, r in ROWS.items() if kind is None or r["kind"] == kind]

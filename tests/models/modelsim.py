@@ -1,0 +1,681 @@
+"""Whole NVFP4 models under sglang's piecewise CUDA graph runner, on a simulated SM120.
+
+Child side: imported inside the interpreter :mod:`simulation` starts, with the
+stack's sglang, flashinfer and sgl_kernel (Python only) trees first on the path.
+
+What runs is sglang's own code, end to end, for the release on the path:
+
+* ``ServerArgs`` (its SM120 defaults: attention backend, MoE runner backend,
+  piecewise capture sizes), ``ModelConfig``, the quantization config read from the
+  family's ``config.json`` (ModelOpt NVFP4);
+* the parallel state (``init_distributed_environment``, ``initialize_model_parallel``,
+  ``initialize_dp_attention``) as a gloo world of size 1 (its barriers run outside
+  FakeTensorMode), and the MoE config (``initialize_moe_config``);
+* the model class, built by sglang's loader for ``--load-format dummy``
+  (``DummyModelLoader``: create_weights, ``process_weights_after_loading``, dummy
+  weights) on the host, then every tensor swapped for a fake CUDA tensor of the same
+  shape, stride and dtype (aliases kept);
+* ``ModelRunner.init_device_graphs`` (the decode ``CudaGraphRunner``: eager decode
+  forwards and captures) when the start order has CUDA graphs on, then
+  ``ModelRunner.init_piecewise_cuda_graphs``: the release's own
+  ``PiecewiseCudaGraphRunner`` (its module, ``install_torch_compiled`` arguments,
+  ForwardBatch, forward context, capture sizes largest first, warm-up and capture
+  runs) with sglang's ``SGLangBackend`` (``split_graph``, per-piece compile,
+  ``CUDAPiecewiseBackend``).  ``split_graph`` is observed (called through).
+
+Stand-ins, and only these (tests/models/stand_ins.py):
+
+1. the device: CPU torch answers as a CUDA 12.8 build on one RTX PRO 6000 (SM120)
+   (``fp4graph.verify.simulate``), an ``nvidia-smi`` on PATH answering the same;
+2. the CUDA runtime: streams, events, ``torch.cuda.graph`` / ``CUDAGraph`` (the
+   captured body runs once on fake tensors), synchronize, memory queries, the
+   device RNG state Dynamo saves; ``torch.tensor(..., device="cuda")``, Python
+   indexing and ``Tensor.copy_`` of fake CUDA tensors as the aten ops they are
+   (a CPU build refuses their CUDA device guards); ``Tensor.cuda()`` is the
+   identity while the model is built on the host;
+3. sgl_kernel's compiled library ``common_ops``: the schemas of the pinned release
+   (tests/models/data/*.json) defined with torch.library and Meta kernels (no-op
+   for ops writing into ``Tensor!`` outputs, shapes from the C++ source for ops
+   returning tensors; a fake sglang registers itself replaces the Meta kernel);
+   its Python package is the pinned wheel's own;
+4. JIT-compiled kernels: FlashInfer's JIT build/load and cubin downloads
+   (tests/flashinfer stand-ins: no-op kernels, the fused-MoE runner object) and
+   sglang.jit_kernel's ``tvm_ffi.cpp.load_inline`` / ``load`` (no-op kernels);
+5. the attention kernels: an ``AttentionBackend`` subclass returning outputs of
+   the real shape (its metadata and CUDA-graph hooks do nothing);
+6. the memory pools: ``req_to_token_pool``, ``token_to_kv_pool`` and its allocator
+   (sizes, fake KV buffers);
+7. the parts of ``ModelRunner.__init__`` that need a GPU (distributed init over
+   NCCL, memory profiling): the runner is ``ModelRunner.__new__`` with the
+   attributes ``__init__`` would set, from the real objects above;
+8. device memory has no data: every device tensor is a fake (FakeTensorMode with a
+   ShapeEnv), so a host read of a device value (``.item()``) is an unbacked symbol;
+9. import-only: torchvision (no CPU build for this torch) and ``flashinfer.comm``
+   (loads libcudart at import; multi-GPU all-reduce only), inert modules.
+
+Nothing of sglang's model, layer, quantization, MoE, compilation or runner code is
+replaced, nor FlashInfer's Python.
+
+API (for other tests, e.g. which FlashInfer modules a model kind requests)::
+
+    import modelsim
+    modelsim.prepare()                       # before sglang is imported
+    built = modelsim.build(case)             # in a forked process: see run_cases
+    built.model, built.runner, built.server_args
+    built.quant_methods                       # {module name: quant method class name}
+    built.moe_runner_backend                  # sglang's resolved MoE runner backend
+    modelsim.capture(built)                  # the runner(s); returns the trace report
+
+``case`` is a dict: ``family`` (a row of tests/models/families.py, as JSON),
+``moe_runner_backend`` ("auto" or "flashinfer_cutlass"), ``cuda_graph`` (True: the
+default server, decode CUDA graphs captured before piecewise compile; False:
+``--disable-cuda-graph``) and optional ``server_args`` overrides.
+:func:`run_cases` runs each case in a fork of the prepared interpreter, so no case
+sees another's warm caches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import pathlib
+import socket
+import sys
+import tempfile
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1] / "tests" / "sglang"))
+
+import stand_ins  # noqa: E402
+
+# The fp4 ops the series route SM120 calls through, and sglang's fp4 GEMM op.
+FP4_OPS = ("sglang.flashinfer_fp4_quantize", "sglang.fp4_gemm")
+SPLIT_OP_PREFIXES = ("sglang.",)
+
+_STATE: dict[str, Any] = {}
+
+
+def prepare(record_path: str | None = None) -> None:
+    """Simulate the device and install every stand-in; import sglang's model registry."""
+    from fp4graph.verify import simulate
+
+    gpu = simulate.SM120
+    simulate.install(gpu)
+    import torch
+
+    tmp = tempfile.mkdtemp(prefix="fp4graph-models-")
+    _STATE["tmp"] = tmp
+    os.environ.setdefault("SGLANG_CACHE_DIR", os.path.join(tmp, "sglang-cache"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tmp, "inductor"))
+    stand_ins.install_cuda_runtime(gpu.total_memory)
+    stand_ins.install_host_collectives()
+    stand_ins.install_nvidia_smi(tmp, gpu)
+    record = json.loads(pathlib.Path(record_path or os.environ["FP4GRAPH_SGL_KERNEL_RECORD"]).read_text())
+    stand_ins.install_sgl_kernel_ops(record)
+    import sgsim
+
+    sys.meta_path.insert(0, sgsim._StubFinder("flashinfer.comm"))
+    try:
+        import torchvision  # noqa: F401
+    except Exception:
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        sys.meta_path.insert(0, sgsim._StubFinder("torchvision"))
+        import importlib
+
+        auto = importlib.import_module("transformers.models.auto.image_processing_auto")
+        sys.modules["transformers"].AutoImageProcessor = auto.AutoImageProcessor
+    import sgl_kernel  # noqa: F401  (the real Python package over the stand-in library)
+
+    _STATE["jit_built"] = stand_ins.install_flashinfer_jit(os.path.join(tmp, "flashinfer"))
+    stand_ins.install_tvm_ffi_compiler()
+    stand_ins.install_fake_cuda_indexing()
+    torch.set_num_threads(1)
+    # What the scheduler imports before a model runner exists.
+    import sglang.srt.model_executor.model_runner  # noqa: F401
+    from sglang.srt.models.registry import ModelRegistry
+
+    ModelRegistry.get_supported_archs()
+
+
+def fake_mode() -> Any:
+    """The FakeTensorMode every fake CUDA tensor of a case lives in.
+
+    A fake holds no data: a host read of a device value (``.item()``, e.g. the
+    decode runner's ``seq_lens.sum().item()``) answers an unbacked symbol, as a
+    traced program would see it; branching on one fails loudly."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    if "fake" not in _STATE:
+        _STATE["fake"] = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv(allow_scalar_outputs=True))
+    return _STATE["fake"]
+
+
+# --- building --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Built:
+    model: Any
+    runner: Any
+    server_args: Any
+    model_config: Any
+    quant_methods: dict[str, str]
+    moe_runner_backend: str
+    case: dict[str, Any]
+
+
+def write_checkpoint_dir(family: dict[str, Any], root: str) -> str:
+    """A model directory holding only the family's config.json (dummy weights)."""
+    path = pathlib.Path(root) / family["name"]
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(family["config"], indent=1))
+    return str(path)
+
+
+def server_args_for(case: dict[str, Any], model_path: str) -> Any:
+    from sglang.srt.server_args import ServerArgs
+
+    kwargs: dict[str, Any] = {
+        "model_path": model_path,
+        "quantization": "modelopt_fp4",
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+        "moe_runner_backend": case.get("moe_runner_backend", "auto"),
+        "disable_cuda_graph": not case.get("cuda_graph", True),
+        # Few capture sizes keep a case short; the runner's code path is the same.
+        "piecewise_cuda_graph_max_tokens": 16,
+        "cuda_graph_max_bs": 2,
+        "mem_fraction_static": 0.8,
+    }
+    fields = {f.name for f in dataclasses.fields(ServerArgs)}
+    # 0.5.9 has piecewise CUDA graph opt-in, 0.5.10+ on by default.
+    if "enable_piecewise_cuda_graph" in fields:
+        kwargs["enable_piecewise_cuda_graph"] = True
+    kwargs.update(case["family"].get("server_args", {}))
+    kwargs.update(case.get("server_args", {}))
+    return ServerArgs(**{k: v for k, v in kwargs.items() if k in fields})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def init_parallel_state(server_args: Any, model_config: Any) -> None:
+    """The parallel state of a 1-GPU server, over gloo (ModelRunner.init_torch_distributed)."""
+    from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+
+    with fake_mode():
+        init_distributed_environment(
+            backend="gloo",
+            world_size=1,
+            rank=0,
+            local_rank=0,
+            distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
+        )
+        initialize_model_parallel(tensor_model_parallel_size=1)
+        initialize_dp_attention(server_args=server_args, model_config=model_config)
+    try:
+        from sglang.srt.layers.moe import initialize_moe_config
+    except ImportError:  # pragma: no cover - every supported release has it
+        return
+    initialize_moe_config(server_args)
+
+
+@contextlib.contextmanager
+def host_is_device() -> Iterator[None]:
+    """While the model is built on the host, ``Tensor.cuda()`` keeps tensors there."""
+    import torch
+
+    real = torch.Tensor.cuda
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.Tensor.cuda = real  # type: ignore[method-assign]
+
+
+def to_fake_cuda(root: Any) -> int:
+    """Swap every tensor reachable from ``root`` (parameters, buffers, tensor
+    attributes of modules and of the sglang objects they hold) for a fake CUDA
+    tensor of the same shape, stride and dtype.  The same tensor maps to the same
+    fake (tied weights stay tied).  Returns the number of tensors swapped."""
+    import torch
+
+    memo: dict[int, Any] = {}
+    seen: set[int] = set()
+
+    def fake(t: torch.Tensor) -> torch.Tensor:
+        if isinstance(t, torch._subclasses.fake_tensor.FakeTensor):
+            return t
+        key = id(t)
+        if key not in memo:
+            with fake_mode():
+                new = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cuda")
+            if isinstance(t, torch.nn.Parameter):
+                param = torch.nn.Parameter(new, requires_grad=False)
+                param.__dict__.update({k: v for k, v in t.__dict__.items()})
+                new = param
+            memo[key] = new
+        return memo[key]
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return fake(value)
+        if isinstance(value, list):
+            value[:] = [swap(v) for v in value]
+            return value
+        if isinstance(value, tuple) and not hasattr(value, "_fields"):
+            return tuple(swap(v) for v in value)
+        if isinstance(value, dict):
+            for k in list(value):
+                value[k] = swap(value[k])
+            return value
+        visit(value)
+        return value
+
+    def visit(obj: Any) -> None:
+        if id(obj) in seen or isinstance(obj, (type, types_module())):
+            return
+        module_name = type(obj).__module__ or ""
+        if not (isinstance(obj, torch.nn.Module) or module_name.startswith(("sglang", "flashinfer", "sgl_kernel"))):
+            return
+        seen.add(id(obj))
+        if isinstance(obj, torch.nn.Module):
+            for name, p in list(obj._parameters.items()):
+                if p is not None:
+                    obj._parameters[name] = fake(p)
+            for name, b in list(obj._buffers.items()):
+                if b is not None:
+                    obj._buffers[name] = fake(b)
+            for child in obj._modules.values():
+                if child is not None:
+                    visit(child)
+        attrs = getattr(obj, "__dict__", None)
+        if attrs is None:
+            return
+        for name, value in list(attrs.items()):
+            if name in ("_parameters", "_buffers", "_modules"):
+                continue
+            attrs[name] = swap(value)
+
+    visit(root)
+    return len(memo)
+
+
+def types_module() -> type:
+    import types
+
+    return types.ModuleType
+
+
+class _Pool:
+    """A memory pool stand-in: its size and fake buffers of the real shapes."""
+
+    def __init__(self, **attrs: Any) -> None:
+        self.__dict__.update(attrs)
+
+
+class _KVPool(_Pool):
+    """``token_to_kv_pool``: per-layer K/V (or MLA latent) buffers, preallocated
+    like sglang's pools, returned by the same accessors."""
+
+    def get_key_buffer(self, layer_id: int) -> Any:
+        return self.k_buffer[layer_id - self.start_layer]
+
+    def get_value_buffer(self, layer_id: int) -> Any:
+        return self.v_buffer[layer_id - self.start_layer]
+
+    def get_kv_buffer(self, layer_id: int) -> tuple[Any, Any]:
+        return self.get_key_buffer(layer_id), self.get_value_buffer(layer_id)
+
+    def set_kv_buffer(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def set_mla_kv_buffer(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def set_swa_loc(self, loc: Any) -> None:
+        pass
+
+    def get_kv_size_bytes(self) -> tuple[int, int]:
+        return (0, 0)
+
+
+def memory_pools(server_args: Any, model_config: Any, dtype: Any) -> tuple[Any, Any, Any]:
+    import torch
+
+    size, tokens, context = 64, 256, 4096
+    layers = model_config.num_hidden_layers
+    if getattr(model_config, "kv_lora_rank", None):
+        k_shape = v_shape = (tokens + 1, 1, model_config.kv_lora_rank + model_config.qk_rope_head_dim)
+    else:
+        heads = model_config.get_num_kv_heads(1)
+        k_shape = (tokens + 1, heads, model_config.head_dim)
+        v_shape = (tokens + 1, heads, getattr(model_config, "v_head_dim", model_config.head_dim))
+    with fake_mode():
+        req_to_token = _Pool(
+            size=size,
+            max_context_len=context,
+            device="cuda",
+            req_to_token=torch.zeros(size, context, dtype=torch.int32, device="cuda"),
+        )
+        kv = _KVPool(
+            size=tokens,
+            page_size=1,
+            dtype=dtype,
+            store_dtype=dtype,
+            device="cuda",
+            layer_num=layers,
+            start_layer=0,
+            end_layer=layers,
+            k_buffer=[torch.empty(k_shape, dtype=dtype, device="cuda") for _ in range(layers)],
+            v_buffer=[torch.empty(v_shape, dtype=dtype, device="cuda") for _ in range(layers)],
+        )
+    allocator = _Pool(size=tokens, page_size=1, device="cuda", get_kvcache=lambda: kv)
+    return req_to_token, kv, allocator
+
+
+def attention_backend() -> Any:
+    """An AttentionBackend subclass standing in for the attention kernels."""
+    import torch
+    from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+
+    class SimulatedAttentionBackend(AttentionBackend):
+        """Outputs of the real shape; no kernels, no metadata."""
+
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def init_forward_metadata(self, forward_batch: Any) -> None:
+            pass
+
+        def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
+            pass
+
+        def init_forward_metadata_capture_cuda_graph(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def init_forward_metadata_replay_cuda_graph(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def get_cuda_graph_seq_len_fill_value(self) -> int:
+            return 1
+
+        def _out(self, q: Any, layer: Any) -> Any:
+            self.calls.append(type(layer).__name__)
+            rows = q.shape[0]
+            return torch.empty(rows, layer.tp_q_head_num * layer.v_head_dim, dtype=q.dtype, device=q.device)
+
+        def forward_decode(self, q: Any, k: Any, v: Any, layer: Any, forward_batch: Any, save_kv_cache: bool = True, **kw: Any) -> Any:
+            return self._out(q, layer)
+
+        def forward_extend(self, q: Any, k: Any, v: Any, layer: Any, forward_batch: Any, save_kv_cache: bool = True, **kw: Any) -> Any:
+            return self._out(q, layer)
+
+    return SimulatedAttentionBackend()
+
+
+def quant_methods(model: Any) -> dict[str, str]:
+    out = {}
+    for name, module in model.named_modules():
+        method = getattr(module, "quant_method", None)
+        if method is not None:
+            out[name] = type(method).__name__
+    return out
+
+
+def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
+    """``ModelRunner.__new__`` with the attributes its ``__init__`` sets for a 1-GPU server."""
+    from sglang.srt.distributed import get_pp_group, get_tp_group
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    runner = ModelRunner.__new__(ModelRunner)
+    req_to_token, kv, allocator = memory_pools(server_args, model_config, model_config.dtype)
+    attrs = dict(
+        server_args=server_args,
+        model_config=model_config,
+        model=model,
+        device="cuda",
+        gpu_id=0,
+        tp_rank=0,
+        tp_size=1,
+        pp_rank=0,
+        pp_size=1,
+        moe_ep_rank=0,
+        moe_ep_size=1,
+        dp_size=1,
+        dp_rank=None,
+        attn_cp_size=1,
+        attn_cp_rank=0,
+        moe_dp_size=1,
+        moe_dp_rank=0,
+        page_size=server_args.page_size,
+        dtype=model_config.dtype,
+        is_draft_worker=False,
+        is_generation=model_config.is_generation,
+        is_multimodal=model_config.is_multimodal,
+        is_hybrid_swa=getattr(model_config, "is_hybrid_swa", False),
+        is_hybrid_swa_compress=getattr(model_config, "is_hybrid_swa_compress", False),
+        use_mla_backend=getattr(model_config, "attention_arch", None) is not None
+        and model_config.attention_arch.name == "MLA",
+        spec_algorithm=SpeculativeAlgorithm.from_string(server_args.speculative_algorithm),
+        req_to_token_pool=req_to_token,
+        token_to_kv_pool=kv,
+        token_to_kv_pool_allocator=allocator,
+        max_total_num_tokens=kv.size,
+        attn_backend=attention_backend(),
+        decode_attn_backend_group=[],
+        tp_group=get_tp_group(),
+        pp_group=get_pp_group(),
+        lora_manager=None,
+        forward_pass_id=0,
+        eagle_use_aux_hidden_state=False,
+        model_is_mrope=False,
+        # 0.5.10+
+        enable_hisparse=getattr(server_args, "enable_hisparse", False),
+        hisparse_coordinator=None,
+        token_table=None,
+        # 0.5.11
+        device_timer=None,
+        enable_elastic_ep=False,
+        msprobe_debugger=None,
+    )
+    runner.__dict__.update(attrs)
+    # State ModelRunner.initialize() derives on the way (release methods).
+    if hasattr(runner, "maybe_init_ngram_embedding"):
+        with fake_mode():
+            runner.maybe_init_ngram_embedding()
+    return runner
+
+
+def build(case: dict[str, Any]) -> Built:
+    """The model of ``case`` built the way a 1-GPU sglang server builds it."""
+    import torch
+    from sglang.srt.configs.device_config import DeviceConfig
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_loader import get_model_loader
+    from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+    path = write_checkpoint_dir(case["family"], _STATE["tmp"])
+    server_args = server_args_for(case, path)
+    set_global_server_args_for_scheduler(server_args)
+    model_config = ModelConfig.from_server_args(server_args)
+    init_parallel_state(server_args, model_config)
+    load_config = LoadConfig(load_format=server_args.load_format)
+    try:
+        loader = get_model_loader(load_config, model_config)
+    except TypeError:
+        loader = get_model_loader(load_config)
+    with host_is_device(), torch.device("cpu"):
+        model = loader.load_model(model_config=model_config, device_config=DeviceConfig("cpu"))
+    to_fake_cuda(model)
+    from sglang.srt.layers.moe.utils import get_moe_runner_backend
+
+    return Built(
+        model=model,
+        runner=model_runner(server_args, model_config, model),
+        server_args=server_args,
+        model_config=model_config,
+        quant_methods=quant_methods(model),
+        moe_runner_backend=str(get_moe_runner_backend()),
+        case=case,
+    )
+
+
+# --- capturing -------------------------------------------------------------------------
+
+
+def _observe_split_graph(graphs: list[list[dict[str, Any]]]) -> None:
+    """Record every split sglang's SGLangBackend makes (calls the real split_graph)."""
+    from sglang.srt.compilation import backend
+
+    real = backend.split_graph
+    if getattr(real, "_observed", False):
+        real = real._real  # type: ignore[attr-defined]
+
+    def split_graph(graph: Any, ops: Any) -> Any:
+        split_gm, items = real(graph, ops)
+        pieces = []
+        for item in items:
+            targets = [
+                str(n.target)
+                for n in item.graph.graph.nodes
+                if n.op == "call_function" and str(n.target).startswith(SPLIT_OP_PREFIXES)
+            ]
+            pieces.append({"name": item.submod_name, "split": bool(item.is_splitting_graph), "ops": targets})
+        graphs.append(pieces)
+        return split_gm, items
+
+    split_graph._observed = True  # type: ignore[attr-defined]
+    split_graph._real = real  # type: ignore[attr-defined]
+    backend.split_graph = split_graph
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    """The error, its full text, and the chain of causes (Dynamo wraps the first
+    untraceable call in the error of an enclosing context manager on some releases)."""
+    chain: list[str] = []
+    cause: BaseException | None = exc
+    while cause is not None and len(chain) < 8:
+        first = (str(cause).strip().splitlines() or [""])[0]
+        chain.append(f"{type(cause).__module__}.{type(cause).__name__}: {first[:500]}")
+        cause = cause.__cause__ or cause.__context__
+    return {
+        "error": chain[0],
+        "error_chain": chain,
+        "error_text": "\n".join(str(e)[:6000] for e in _exceptions(exc)),
+        "traceback": "".join(traceback.format_exception(exc))[-8000:],
+    }
+
+
+def _exceptions(exc: BaseException) -> list[BaseException]:
+    out = []
+    cause: BaseException | None = exc
+    while cause is not None and len(out) < 8:
+        out.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return out
+
+
+def capture(built: Built) -> dict[str, Any]:
+    """The server's graph start-up: decode CUDA graphs (if on), then piecewise."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from fp4graph.verify import simulate
+
+    graphs: list[list[dict[str, Any]]] = []
+    _observe_split_graph(graphs)
+    counters.clear()
+    torch._dynamo.reset()
+    runner = built.runner
+    result: dict[str, Any] = {
+        "case": {k: v for k, v in built.case.items() if k != "family"} | {"family": built.case["family"]["name"]},
+        "moe_runner_backend": built.moe_runner_backend,
+        "attention_backend": built.server_args.attention_backend,
+        "quant_methods": sorted(set(built.quant_methods.values())),
+        "num_fused_shared_experts": getattr(built.model, "num_fused_shared_experts", None),
+        "ok": True,
+        "stage": None,
+    }
+    stage = "init_device_graphs"
+    try:
+        with fake_mode():
+            if built.case.get("cuda_graph", True):
+                runner.init_device_graphs()
+                result["decode_graph_runner"] = type(runner.graph_runner).__name__ if runner.graph_runner else None
+            stage = "init_piecewise_cuda_graphs"
+            with simulate.compiling():
+                runner.init_piecewise_cuda_graphs()
+            result["piecewise_runner"] = (
+                type(runner.piecewise_cuda_graph_runner).__name__ if runner.piecewise_cuda_graph_runner else None
+            )
+    except Exception as exc:
+        result.update(ok=False, stage=stage, **_error(exc))
+    result["graph_breaks"] = sum(counters["graph_break"].values())
+    result["graph_break_reasons"] = [str(k)[:300] for k in counters["graph_break"]][:10]
+    result["graphs"] = graphs
+    from torch._dynamo.utils import guard_failures
+
+    result["recompile_reasons"] = [str(r)[:500] for rs in guard_failures.values() for r in rs][:10]
+    result["captures"] = len(stand_ins.CAPTURES)
+    result["jit_modules"] = sorted(set(_STATE.get("jit_built", []))) + sorted(set(stand_ins.JIT_BUILT))
+    return result
+
+
+def run_case(case: dict[str, Any]) -> dict[str, Any]:
+    try:
+        built = build(case)
+    except Exception as exc:
+        return {"case": {"family": case["family"]["name"]}, "ok": False, "stage": "build", **_error(exc)}
+    return capture(built)
+
+
+def run_cases(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each case in a fork of this (prepared) interpreter; results in order."""
+    results = []
+    if os.environ.get("FP4GRAPH_MODELS_NO_FORK"):  # debugging: one case, in-process
+        return [run_case(case) for case in cases]
+    for case in cases:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the case
+            os.close(read)
+            code = 0
+            try:
+                out = run_case(case)
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                out = {"case": {"family": case["family"]["name"]}, "ok": False, "stage": "child", **_error(exc)}
+                code = 1
+            with os.fdopen(write, "w") as f:
+                f.write(json.dumps(out, default=str))
+            os._exit(code)
+        os.close(write)
+        with os.fdopen(read) as f:
+            data = f.read()
+        _, status = os.waitpid(pid, 0)
+        if not data:
+            data = json.dumps({"case": {"family": case["family"]["name"]}, "ok": False, "stage": "child",
+                               "error": f"case process died (wait status {status})"})
+        results.append(json.loads(data))
+    return results
+
+
+def main(request_json: str) -> None:
+    request = json.loads(request_json)
+    prepare(request.get("record"))
+    results = run_cases(request["cases"])
+    stand_ins.report("MODELS", results)

@@ -1,0 +1,133 @@
+"""Parent side of the whole-model simulation: the trees of a stack, one child per run.
+
+``run(stack, patched=..., cases=[...])`` starts one interpreter with the stack's
+sglang, flashinfer and sgl_kernel (Python only) trees first on the path, prepares
+it once (:func:`modelsim.prepare`) and runs every case in a fork of it; returns one
+report per case (see :func:`modelsim.capture`).  ``run_code`` runs your own code
+after ``modelsim.prepare()`` instead (``modelsim.build(case)`` is there to use).
+
+Stacks are read from patches/stacks.toml: every stack with an sglang artifact is a
+target, so a stack added there is simulated without touching this file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+from typing import Any
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "tests"))
+
+import families  # noqa: E402
+import sgl_kernel_ops  # noqa: E402
+from fp4graph.model import config  # noqa: E402
+from fp4graph.model.stacks import load  # noqa: E402
+from support.child import run_python, tail  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class SglangStack:
+    name: str
+    sglang: str
+    flashinfer: str
+
+    def has_series(self, project: str) -> bool:
+        version = self.sglang if project == "sglang" else self.flashinfer
+        return (REPO / "patches" / project / version / "series").is_file()
+
+
+def sglang_stacks() -> list[SglangStack]:
+    """Every stack of patches/stacks.toml that pins sglang (and its flashinfer)."""
+    catalog = load(REPO / "patches" / "stacks.toml")
+    out = []
+    for stack in catalog.stacks:
+        versions = {a.project: a.version for a in catalog.stack_artifacts(stack)}
+        if "sglang" in versions and "flashinfer-python" in versions:
+            out.append(SglangStack(stack.name, versions["sglang"], versions["flashinfer-python"]))
+    return out
+
+
+def stack(name: str) -> SglangStack:
+    for s in sglang_stacks():
+        if s.name == name:
+            return s
+    raise KeyError(f"no sglang stack {name!r} in patches/stacks.toml")
+
+
+TreeGetter = Callable[..., pathlib.Path]
+
+
+def trees(wheel_tree: TreeGetter, target: SglangStack, *, patched: bool) -> tuple[list[pathlib.Path], pathlib.Path]:
+    """(the child's path, the sgl-kernel record) for ``target``, pristine or patched.
+
+    Patched means the stack as users install it: patched sglang and patched
+    flashinfer (each where a series exists)."""
+    sglang = wheel_tree("sglang", target.sglang, patched=patched and target.has_series("sglang"))
+    flashinfer = wheel_tree(
+        "flashinfer-python", target.flashinfer, patched=patched and target.has_series("flashinfer-python")
+    )
+    project, version = sgl_kernel_ops.kernel_requirement(sglang)
+    kernel = sgl_kernel_ops.python_tree(project, version, config.default_cache_dir())
+    return [sglang, flashinfer, kernel, HERE], sgl_kernel_ops.record_path(project, version)
+
+
+def case(family: str, *, moe_runner_backend: str = "auto", cuda_graph: bool = True, **server_args: Any) -> dict[str, Any]:
+    return {
+        "family": families.row(family),
+        "moe_runner_backend": moe_runner_backend,
+        "cuda_graph": cuda_graph,
+        "server_args": server_args,
+    }
+
+
+def run(
+    wheel_tree: TreeGetter, target: SglangStack, *, patched: bool, cases: Sequence[dict[str, Any]], timeout: float = 1800
+) -> list[dict[str, Any]]:
+    path, record = trees(wheel_tree, target, patched=patched)
+    request = {"record": str(record), "cases": list(cases)}
+    code = f"import modelsim\nmodelsim.main({json.dumps(request)!r})\n"
+    result = run_python(code, path=path, timeout=timeout)
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("MODELS ")]
+    assert result.returncode == 0 and lines, tail(result, 6000)
+    reports: list[dict[str, Any]] = json.loads(lines[-1][len("MODELS ") :])
+    return reports
+
+
+def run_code(
+    wheel_tree: TreeGetter,
+    target: SglangStack,
+    *,
+    patched: bool,
+    body: str,
+    cases: Sequence[dict[str, Any]] = (),
+    timeout: float = 1800,
+) -> dict[str, Any]:
+    """``body`` after ``modelsim.prepare()``, with ``CASES`` (the ``cases`` given) in
+    scope; it reports with ``stand_ins.report("RESULT", data)``.  For example::
+
+        body = '''
+        built = modelsim.build(CASES[0])
+        stand_ins.report("RESULT", {"moe": built.moe_runner_backend,
+                                    "methods": sorted(set(built.quant_methods.values()))})
+        '''
+        run_code(wheel_tree, stack("sglang-0.5.9"), patched=True, body=body,
+                 cases=[case("qwen3-moe", moe_runner_backend="flashinfer_cutlass")])
+    """
+    path, record = trees(wheel_tree, target, patched=patched)
+    code = (
+        "import json, modelsim, stand_ins\n"
+        f"modelsim.prepare({str(record)!r})\n"
+        f"CASES = json.loads({json.dumps(list(cases))!r})\n"
+    ) + textwrap.dedent(body)
+    result = run_python(code, path=path, timeout=timeout)
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert result.returncode == 0 and lines, tail(result, 6000)
+    data: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
+    return data

@@ -1,0 +1,429 @@
+"""What cannot exist on a CPU, for the whole-model simulation (child side).
+
+Each function installs one stand-in, process-wide; :mod:`modelsim` lists them all.
+Nothing here replaces sglang's model, layer, compilation or runner code, nor
+FlashInfer's Python: only compiled kernels and their loaders, the CUDA runtime
+(streams, events, graphs, memory queries) and the attention kernels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+# --- sgl_kernel's compiled library --------------------------------------------------
+
+
+def _dtype_of(args: tuple, index: int) -> torch.dtype:
+    return args[index]
+
+
+def _moe_fused_gate(x: torch.Tensor, bias: torch.Tensor, num_expert_group: int, topk_group: int,
+                    topk: int, num_fused_shared_experts: int, *rest: Any) -> list[torch.Tensor]:
+    # csrc/moe/moe_fused_gate.cu: (topk_weights float32, topk_ids int32), each
+    # [tokens, topk + num_fused_shared_experts].
+    rows, k = x.shape[0], topk + num_fused_shared_experts
+    return [
+        torch.empty(rows, k, dtype=torch.float32, device=x.device),
+        torch.empty(rows, k, dtype=torch.int32, device=x.device),
+    ]
+
+
+def _kimi_gate(x: torch.Tensor, bias: torch.Tensor, topk: int, *rest: Any) -> list[torch.Tensor]:
+    rows = x.shape[0]
+    return [
+        torch.empty(rows, topk, dtype=torch.float32, device=x.device),
+        torch.empty(rows, topk, dtype=torch.int32, device=x.device),
+    ]
+
+
+def _scaled_mm(a: torch.Tensor, b: torch.Tensor, sa: Any, sb: Any, out_dtype: torch.dtype,
+               *rest: Any) -> torch.Tensor:
+    return torch.empty(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
+
+
+# The ops whose schema returns tensors, with what the C++ op returns (csrc/ of the
+# sgl-kernel release); every `-> ()` op writes into its `Tensor!` arguments only.
+RETURNS: dict[str, Callable[..., Any]] = {
+    "weak_ref_tensor": lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device),
+    "moe_fused_gate": _moe_fused_gate,
+    "kimi_k2_moe_fused_gate": _kimi_gate,
+    "fp8_scaled_mm": _scaled_mm,
+    "int8_scaled_mm": _scaled_mm,
+    "fp8_blockwise_scaled_mm": _scaled_mm,
+}
+
+
+def _meta_kernel(name: str, returns_nothing: bool) -> Callable[..., Any]:
+    if returns_nothing:
+        return lambda *args, **kwargs: None
+    if name in RETURNS:
+        return RETURNS[name]
+
+    def missing(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            f"sgl_kernel::{name} returns tensors and tests/models/stand_ins.py RETURNS has no "
+            "shape function for it: add one from the op's C++ source"
+        )
+
+    return missing
+
+
+def install_sgl_kernel_ops(record: dict[str, Any]) -> types.ModuleType:
+    """``common_ops``: every schema of the record defined in torch.library, with a Meta kernel.
+
+    sgl_kernel's ``load_utils`` finds no ``common_ops.*`` library beside its Python
+    and falls back to ``import common_ops``: this module.  A fake sglang registers
+    itself (``torch.library.register_fake``, e.g. ``register_fake_if_exists``)
+    replaces the op's Meta kernel (torch 2.9 refuses a fake beside a Meta kernel).
+    """
+    namespace = record["namespace"]
+    definitions = torch.library.Library(namespace, "FRAGMENT")
+    meta: dict[str, torch.library.Library] = {}
+    for schema in record["schemas"]:
+        parsed = torch._C.parse_schema(schema)
+        definitions.define(schema)
+        lib = torch.library.Library(namespace, "FRAGMENT")
+        lib.impl(parsed.name, _meta_kernel(parsed.name, not parsed.returns), "Meta")
+        meta[parsed.name] = lib
+
+    register_fake = torch.library.register_fake
+
+    def register_fake_(op: Any, *args: Any, **kwargs: Any) -> Any:
+        name = op if isinstance(op, str) else getattr(op, "__qualname__", "")
+        if isinstance(name, str) and name.startswith(f"{namespace}::"):
+            lib = meta.pop(name.split("::", 1)[1].split(".")[0], None)
+            if lib is not None:
+                lib._destroy()
+        return register_fake(op, *args, **kwargs)
+
+    torch.library.register_fake = register_fake_  # type: ignore[assignment]
+    module = types.ModuleType("common_ops")
+    module.__file__ = f"<stand-in for {record['library']} of {record['project']} {record['version']}>"
+    module._libraries = (definitions, meta)  # keep the registrations alive
+    module.defined = sorted(meta)
+    sys.modules["common_ops"] = module
+    return module
+
+
+# --- JIT-compiled kernels (FlashInfer, sglang.jit_kernel) -----------------------------
+
+
+class NoKernel:
+    """A loaded kernel module whose every function is a no-op (the kernels write into
+    outputs their Python allocated; on a CPU there is nothing to run)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: None
+
+
+JIT_BUILT: list[str] = []
+
+
+def install_tvm_ffi_compiler() -> None:
+    """sglang.jit_kernel compiles and loads with ``tvm_ffi.cpp.load_inline`` / ``load``
+    (nvcc + dlopen): record the module name, return a module of no-op kernels."""
+    try:
+        import tvm_ffi.cpp as cpp
+    except ImportError:
+        return
+
+    def load(name: str, *args: Any, **kwargs: Any) -> NoKernel:
+        JIT_BUILT.append(name)
+        return NoKernel(name)
+
+    cpp.load_inline = load
+    cpp.load = load
+
+
+def install_flashinfer_jit(tmp: str) -> list[str]:
+    """FlashInfer's JIT build and load (nvcc, ninja, dlopen) and its cubin downloads:
+    the stand-ins of tests/flashinfer (``moe_child.stub_kernels``: no-op kernels, the
+    cutlass fused-MoE runner object, TVM FFI tensors passed through)."""
+    flashinfer_tests = __import__("pathlib").Path(__file__).resolve().parents[1] / "flashinfer"
+    sys.path.insert(0, str(flashinfer_tests))
+    import moe_child
+
+    return moe_child.stub_kernels(tmp)
+
+
+# --- the CUDA runtime -------------------------------------------------------------------
+
+
+class Stream:
+    """torch.cuda.Stream / Event on a machine without a CUDA runtime."""
+
+    cuda_stream = 0
+    device = torch.device("cuda", 0)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def wait_stream(self, other: Any) -> None:
+        pass
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+    def record_event(self, event: Any = None) -> Any:
+        return event or Stream()
+
+    def record(self, stream: Any = None) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, other: Any) -> float:
+        return 0.0
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+class CUDAGraph:
+    """A CUDA graph that captures nothing: the body ran on fake tensors."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.captured = False
+
+    def capture_begin(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def capture_end(self) -> None:
+        self.captured = True
+
+    def replay(self) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+    def pool(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def enable_debug_mode(self) -> None:
+        pass
+
+
+CAPTURES: list[str] = []
+
+
+class graph:
+    """``torch.cuda.graph(g, pool=..., stream=...)``: run the body (on fake tensors)."""
+
+    def __init__(self, cuda_graph: CUDAGraph, pool: Any = None, stream: Any = None, **kwargs: Any) -> None:
+        self.cuda_graph = cuda_graph
+
+    def __enter__(self) -> None:
+        _capturing.append(True)
+
+    def __exit__(self, *exc: Any) -> None:
+        _capturing.pop()
+        self.cuda_graph.capture_end()
+        CAPTURES.append("graph")
+
+
+_capturing: list[bool] = [False]
+
+
+@contextlib.contextmanager
+def _stream_context(stream: Any = None) -> Iterator[None]:
+    yield
+
+
+def _fake_cuda_tensor_factory() -> Callable[..., torch.Tensor]:
+    """``torch.tensor(data, device="cuda")`` copies host data to the device, which a
+    CPU build of torch refuses before FakeTensorMode sees the call: build the host
+    tensor, then a fake CUDA tensor of its shape and dtype (a fake holds no data)."""
+    real = torch.tensor
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
+
+    def default_device() -> torch.device:
+        for mode in reversed(_get_current_function_mode_stack()):
+            if isinstance(mode, DeviceContext):
+                return torch.device(mode.device)
+        return torch.device("cpu")
+
+    def tensor(data: Any, *args: Any, device: Any = None, **kwargs: Any) -> torch.Tensor:
+        target = torch.device(device) if device is not None else default_device()
+        if target.type != "cuda":
+            return real(data, *args, device=device, **kwargs)
+        kwargs.pop("pin_memory", None)
+        host = real(data, *args, device="cpu", **kwargs)
+        return torch.empty_strided(host.shape, host.stride(), dtype=host.dtype, device=target)
+
+    return tensor
+
+
+def _is_fake_cuda(t: Any) -> bool:
+    return isinstance(t, torch._subclasses.fake_tensor.FakeTensor) and t.device.type == "cuda"
+
+
+def _index_ops(self: torch.Tensor, idx: Any) -> tuple[torch.Tensor, list[Any] | None]:
+    """Python indexing of ``self`` as aten ops: (the basic-indexed view, the advanced
+    indices for aten.index per remaining dim, or None)."""
+    aten = torch.ops.aten
+    items = list(idx) if isinstance(idx, tuple) else [idx]
+    items = [torch.tensor(i) if isinstance(i, list) else i for i in items]
+    if any(i is Ellipsis for i in items):
+        at = items.index(Ellipsis)
+        used = sum(1 for i in items if i is not None and i is not Ellipsis)
+        items[at : at + 1] = [slice(None)] * (self.dim() - used)
+    x, dim, advanced = self, 0, []
+    for item in items:
+        if item is None:
+            x = aten.unsqueeze.default(x, dim)
+            advanced.append(None)
+            dim += 1
+        elif isinstance(item, bool) or (isinstance(item, torch.Tensor) and item.dtype == torch.bool and item.dim() == 0):
+            raise NotImplementedError("boolean scalar index of a fake CUDA tensor")
+        elif isinstance(item, int) or (isinstance(item, torch.SymInt)):
+            if any(isinstance(a, torch.Tensor) for a in advanced):
+                raise NotImplementedError("integer index after a tensor index of a fake CUDA tensor")
+            x = aten.select.int(x, dim, item)
+        elif isinstance(item, slice):
+            start = 0 if item.start is None else item.start
+            stop = sys.maxsize if item.stop is None else item.stop
+            x = aten.slice.Tensor(x, dim, start, stop, 1 if item.step is None else item.step)
+            advanced.append(None)
+            dim += 1
+        elif isinstance(item, torch.Tensor):
+            advanced.append(item)
+            dim += 1 if item.dtype != torch.bool else item.dim()
+        else:
+            raise NotImplementedError(f"index {item!r} of a fake CUDA tensor")
+    if not any(isinstance(a, torch.Tensor) for a in advanced):
+        return x, None
+    return x, advanced
+
+
+def install_fake_cuda_indexing() -> None:
+    """Python indexing and ``Tensor.copy_`` of a fake CUDA tensor go through C++ CUDA
+    device guards a CPU build of torch refuses; the same aten ops go through
+    FakeTensorMode."""
+    getitem, setitem, copy = torch.Tensor.__getitem__, torch.Tensor.__setitem__, torch.Tensor.copy_
+
+    def copy_(self: torch.Tensor, src: Any, non_blocking: bool = False) -> torch.Tensor:
+        # Tensor.copy_'s Python binding takes a CUDA device guard first.
+        if _is_fake_cuda(self) or _is_fake_cuda(src):
+            return torch.ops.aten.copy_.default(self, src, non_blocking)
+        return copy(self, src, non_blocking)
+
+    def getitem_(self: torch.Tensor, idx: Any) -> Any:
+        if not _is_fake_cuda(self):
+            return getitem(self, idx)
+        x, advanced = _index_ops(self, idx)
+        return x if advanced is None else torch.ops.aten.index.Tensor(x, advanced)
+
+    def setitem_(self: torch.Tensor, idx: Any, value: Any) -> None:
+        if not _is_fake_cuda(self):
+            return setitem(self, idx, value)
+        x, advanced = _index_ops(self, idx)
+        if not isinstance(value, torch.Tensor):
+            value = torch.full((), value, dtype=self.dtype, device=self.device)
+        if advanced is None:
+            torch.ops.aten.copy_.default(x, value)
+        else:
+            torch.ops.aten.index_put_.default(x, advanced, value)
+        return None
+
+    torch.Tensor.__getitem__ = getitem_  # type: ignore[method-assign]
+    torch.Tensor.__setitem__ = setitem_  # type: ignore[method-assign]
+    torch.Tensor.copy_ = copy_  # type: ignore[method-assign]
+
+
+def install_cuda_runtime(total_memory: int) -> None:
+    """Streams, events, CUDA graphs, synchronization and memory queries."""
+    torch.tensor = _fake_cuda_tensor_factory()  # type: ignore[assignment]
+    cuda = torch.cuda
+    cuda.Stream = Stream  # type: ignore[misc,assignment]
+    cuda.Event = Stream  # type: ignore[misc,assignment]
+    cuda.ExternalStream = Stream  # type: ignore[misc,assignment]
+    cuda.CUDAGraph = CUDAGraph  # type: ignore[misc,assignment]
+    cuda.graph = graph  # type: ignore[misc,assignment]
+    cuda.stream = _stream_context  # type: ignore[assignment]
+    cuda.current_stream = lambda device=None: Stream()  # type: ignore[assignment]
+    cuda.default_stream = lambda device=None: Stream()  # type: ignore[assignment]
+    cuda.set_stream = lambda stream: None  # type: ignore[assignment]
+    cuda.synchronize = lambda device=None: None  # type: ignore[assignment]
+    cuda.set_device = lambda device: None  # type: ignore[assignment]
+    cuda.empty_cache = lambda: None  # type: ignore[assignment]
+    cuda.graph_pool_handle = lambda: (0, 0)  # type: ignore[assignment]
+    cuda.is_current_stream_capturing = lambda: _capturing[-1]  # type: ignore[assignment]
+    cuda.mem_get_info = lambda device=None: (total_memory * 9 // 10, total_memory)  # type: ignore[assignment]
+    cuda.memory_allocated = lambda device=None: 0  # type: ignore[assignment]
+    cuda.max_memory_allocated = lambda device=None: 0  # type: ignore[assignment]
+    cuda.memory_reserved = lambda device=None: 0  # type: ignore[assignment]
+    cuda.reset_peak_memory_stats = lambda device=None: None  # type: ignore[assignment]
+    # torch >= 2.10: Dynamo starts every trace from torch.accelerator's current stream.
+    if hasattr(torch, "accelerator"):
+        torch.accelerator.current_stream = lambda device=None: Stream()  # type: ignore[assignment]
+        torch.accelerator.current_device_index = lambda: 0  # type: ignore[assignment]
+    # Dynamo saves and restores the device RNG state around every compile.
+    cuda.get_rng_state = lambda device="cuda": torch.zeros(16, dtype=torch.uint8)  # type: ignore[assignment]
+    cuda.set_rng_state = lambda state, device="cuda": None  # type: ignore[assignment]
+    cuda.memory.mem_get_info = cuda.mem_get_info  # type: ignore[attr-defined]
+    cuda.memory.empty_cache = cuda.empty_cache  # type: ignore[attr-defined]
+
+
+NVIDIA_SMI = """#!/bin/sh
+# nvidia-smi of one simulated {name} (the queries sglang makes).
+case "$*" in
+  *memory.total*) echo {memory_mib} ;;
+  *compute_cap*) echo {major}.{minor} ;;
+  *--list-gpus*) echo "GPU 0: {name} (UUID: GPU-00000000-0000-0000-0000-000000000000)" ;;
+  *) echo "nvidia-smi stand-in: unsupported query: $*" >&2; exit 2 ;;
+esac
+"""
+
+
+def install_nvidia_smi(bin_dir: str, gpu: Any) -> None:
+    """An ``nvidia-smi`` on PATH answering as the simulated GPU."""
+    import os
+    import pathlib
+
+    path = pathlib.Path(bin_dir) / "nvidia-smi"
+    major, minor = gpu.capability
+    path.write_text(
+        NVIDIA_SMI.format(name=gpu.name, memory_mib=gpu.total_memory >> 20, major=major, minor=minor)
+    )
+    path.chmod(0o755)
+    os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def install_host_collectives() -> None:
+    """The gloo world of size 1 runs its barriers for real, outside FakeTensorMode
+    (torch 2.9 builds the barrier's tensor in the active mode, then refuses it)."""
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    barrier = dist.barrier
+
+    def barrier_(*args: Any, **kwargs: Any) -> Any:
+        with unset_fake_temporarily():
+            return barrier(*args, **kwargs)
+
+    dist.barrier = barrier_  # type: ignore[assignment]
+
+
+def report(tag: str, data: Any) -> None:
+    print(f"{tag} " + json.dumps(data), flush=True)

@@ -1,0 +1,50 @@
+"""Fixtures of the wheels tests: a throw-away checkout whose patches/ holds the fixture series."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+import pytest
+
+from fp4graph.model import config
+from support.checkout import REPO, STACK, make_checkout
+
+__all__ = ["REPO", "STACK", "make_checkout", "snapshot"]
+
+
+@pytest.fixture(scope="session")
+def shared_cache() -> pathlib.Path:
+    """The user's artifact cache: pinned upstream files are downloaded once."""
+    return config.default_cache_dir()
+
+
+@pytest.fixture
+def checkout(tmp_path: pathlib.Path, shared_cache: pathlib.Path) -> config.Settings:
+    return make_checkout(tmp_path / "repo", shared_cache)
+
+
+@pytest.fixture
+def own_build_cache(
+    checkout: config.Settings, shared_cache: pathlib.Path, tmp_path: pathlib.Path
+) -> config.Settings:
+    """A checkout with an empty cache of its own whose upstream files come from the
+    shared cache: every wheel is really built, and tests may tamper with the cache."""
+    return dataclasses.replace(
+        checkout, cache_dir=tmp_path / "cache", find_links=(shared_cache / "artifacts",)
+    )
+
+
+@pytest.fixture
+def isolated(checkout: config.Settings, tmp_path: pathlib.Path) -> config.Settings:
+    """A checkout with its own empty cache (for fetch and tamper tests)."""
+    return dataclasses.replace(checkout, cache_dir=tmp_path / "cache")
+
+
+def snapshot(directory: pathlib.Path) -> dict[str, bytes]:
+    """Every file under ``directory`` with its bytes."""
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }

@@ -1,0 +1,197 @@
+from __future__ import annotations
+
+import email.parser
+import json
+import pathlib
+import zipfile
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+from wheel.wheelfile import WheelFile
+
+from fp4graph.model import projects
+from fp4graph.model.config import Settings
+from fp4graph.wheels import build, repack
+
+from .conftest import STACK, make_checkout, snapshot
+
+FI = "flashinfer_python-0.6.3+fp4graph.1-py3-none-any.whl"
+SG = "sglang-0.5.9+fp4graph.1-py3-none-any.whl"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, shared_cache: pathlib.Path) -> Settings:
+    settings = make_checkout(tmp_path_factory.mktemp("built") / "repo", shared_cache)
+    build.build(settings, [STACK])
+    return settings
+
+
+def members(wheel: pathlib.Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(wheel) as zf:
+        return {name: zf.read(name) for name in zf.namelist()}
+
+
+def metadata(data: bytes) -> dict[str, list[str]]:
+    message = email.parser.BytesParser().parsebytes(data)
+    fields: dict[str, list[str]] = {}
+    for key, value in message.items():
+        fields.setdefault(key, []).append(str(value))
+    return fields
+
+
+def test_wheels_dir_layout(built: Settings) -> None:
+    out = built.wheels_dir
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [FI, SG, f"{FI}.metadata", f"{SG}.metadata", "README.md", "SHA256SUMS", "manifest.json", "simple"]
+    )
+    sums = (out / "SHA256SUMS").read_text().splitlines()
+    assert [line.split("  ")[1] for line in sums] == [FI, SG]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["stacks"][0]["pins"] == ["sglang==0.5.9+fp4graph.1", "flashinfer-python==0.6.3+fp4graph.1"]
+    fi = manifest["artifacts"]["flashinfer-python==0.6.3"]
+    assert fi["upstream_files"][0]["sha256"] == "0fe2de934a4b3690c543dafb03f38d7bb4a762431abe8ae4f7292d6fef10c65d"
+    assert [p["name"] for p in fi["series"]["patches"]] == ["0001-add-fixture-marker.patch"]
+    assert len(fi["series"]["sha256"]) == 64
+
+
+def test_index_pages_point_at_files_with_hashes(built: Settings) -> None:
+    out = built.wheels_dir
+    page = (out / "simple" / "flashinfer-python" / "index.html").read_text()
+    sha = next(line.split()[0] for line in (out / "SHA256SUMS").read_text().splitlines() if FI in line)
+    assert f'href="../../flashinfer_python-0.6.3%2Bfp4graph.1-py3-none-any.whl#sha256={sha}"' in page
+    assert 'data-core-metadata="sha256=' in page
+    assert (out / f"{FI}.metadata").read_bytes() == members(out / FI)[
+        "flashinfer_python-0.6.3+fp4graph.1.dist-info/METADATA"
+    ]
+    assert '<a href="sglang/">sglang</a>' in (out / "simple" / "index.html").read_text()
+
+
+def test_record_is_valid(built: Settings) -> None:
+    for name in (FI, SG):
+        with WheelFile(built.wheels_dir / name) as wf:  # checks every file against RECORD
+            for info in wf.infolist():
+                wf.read(info)
+
+
+@pytest.mark.parametrize(
+    ("patched", "upstream", "project", "changed"),
+    [
+        (FI, "flashinfer_python-0.6.3-py3-none-any.whl", "flashinfer-python", ["flashinfer/__init__.py"]),
+        (SG, "sglang-0.5.9-py3-none-any.whl", "sglang", ["sglang/global_config.py"]),
+    ],
+)
+def test_patched_wheel_differs_from_upstream_only_where_it_should(
+    built: Settings, patched: str, upstream: str, project: str, changed: list[str]
+) -> None:
+    ours = members(built.wheels_dir / patched)
+    theirs = members(built.cache_dir / "artifacts" / upstream)
+    old_info, new_info = (
+        next(n.split("/")[0] for n in files if n.endswith(".dist-info/METADATA")) for files in (theirs, ours)
+    )
+    renamed = {n.replace(old_info, new_info, 1): data for n, data in theirs.items()}
+    assert set(ours) == set(renamed)
+    differing = sorted(n for n in ours if ours[n] != renamed[n])
+    version_file = projects.get(project).version_file
+    assert differing == sorted([*changed, version_file, f"{new_info}/METADATA", f"{new_info}/RECORD"])
+    # METADATA: only the Version field changed, in place.
+    old_meta, new_meta = metadata(renamed[f"{new_info}/METADATA"]), metadata(ours[f"{new_info}/METADATA"])
+    assert new_meta.pop("Version") == [old_meta.pop("Version")[0] + "+fp4graph.1"]
+    assert new_meta == old_meta
+    # The runtime version says what METADATA says.
+    assert b'"' + new_meta_version(ours, new_info).encode() + b'"' in ours[version_file]
+
+
+def new_meta_version(files: dict[str, bytes], info: str) -> str:
+    return metadata(files[f"{info}/METADATA"])["Version"][0]
+
+
+def test_sglang_exact_flashinfer_pin_is_satisfied(built: Settings) -> None:
+    meta = metadata(members(built.wheels_dir / SG)["sglang-0.5.9+fp4graph.1.dist-info/METADATA"])
+    pin = next(Requirement(r) for r in meta["Requires-Dist"] if r.startswith("flashinfer_python"))
+    assert str(pin.specifier) == "==0.6.3"
+    assert pin.specifier.contains(Version("0.6.3+fp4graph.1"))
+
+
+def test_two_builds_are_byte_identical(built: Settings, tmp_path: pathlib.Path, shared_cache: pathlib.Path) -> None:
+    again = make_checkout(tmp_path / "again", shared_cache)
+    build.build(again, [STACK])
+    assert snapshot(again.wheels_dir) == snapshot(built.wheels_dir)
+
+
+def test_rebuild_in_place_is_identical(built: Settings) -> None:
+    before = snapshot(built.wheels_dir)
+    build.build(built, [STACK])
+    assert snapshot(built.wheels_dir) == before
+
+
+def test_interrupted_build_leaves_wheels_as_they_were(
+    own_build_cache: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkout = own_build_cache  # both wheels are really rebuilt
+    build.build(checkout, [STACK])
+    before = snapshot(checkout.wheels_dir)
+    real_pack = repack.pack
+    calls = []
+
+    def pack_then_interrupt(*args: object, **kwargs: object) -> pathlib.Path:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_pack(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build, "pack", pack_then_interrupt)
+    # Changed series change the wheels (and miss the build cache); the interrupted
+    # build must not show.
+    for patch in checkout.patches_dir.glob("*/*/0001-add-fixture-marker.patch"):
+        patch.write_text(patch.read_text().replace("Last-Update: 2026-11-29", "Last-Update: 2026-11-30"))
+    with pytest.raises(KeyboardInterrupt):
+        build.build(checkout, [STACK])
+    assert snapshot(checkout.wheels_dir) == before
+    assert sorted(p.name for p in checkout.repo.iterdir()) == ["patches", "wheels"]
+
+
+def test_swap_cut_between_renames_is_recovered(built: Settings, tmp_path: pathlib.Path) -> None:
+    wheels = built.wheels_dir
+    before = snapshot(wheels)
+    wheels.rename(wheels.with_name(".wheels.old"))  # as if killed between the renames
+    build.recover(wheels)
+    assert snapshot(wheels) == before
+
+
+def test_artifact_without_series_is_listed_unpatched(checkout: Settings) -> None:
+    (checkout.patches_dir / "sglang" / "0.5.9" / "series").unlink()
+    manifest = build.build(checkout, [STACK])
+    assert manifest["stacks"][0]["pins"] == ["sglang==0.5.9", "flashinfer-python==0.6.3+fp4graph.1"]  # type: ignore[index]
+    assert [p.name for p in checkout.wheels_dir.glob("*.whl")] == [FI]
+
+
+
+def test_reports_survive_a_rebuild(built: Settings) -> None:
+    report = built.wheels_dir / "reports" / "drift.json"
+    report.parent.mkdir()
+    report.write_text("[]\n")
+    build.build(built, [STACK])
+    assert report.read_text() == "[]\n"
+
+
+def test_build_cache_reuses_identical_bytes_and_rejects_tampering(
+    own_build_cache: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkout = own_build_cache  # this test tampers with the build cache
+    build.build(checkout, [STACK])
+    first = snapshot(checkout.wheels_dir)
+
+    def no_pack(*args: object, **kwargs: object) -> pathlib.Path:
+        raise AssertionError("a cached wheel was rebuilt")
+
+    monkeypatch.setattr(build, "pack", no_pack)
+    build.build(checkout, [STACK])
+    assert snapshot(checkout.wheels_dir) == first
+
+    # A cached wheel that no longer matches its recorded hash is rebuilt, not served.
+    cached = next((checkout.cache_dir / "built").glob(f"*/{FI}"))
+    cached.write_bytes(b"tampered")
+    monkeypatch.undo()
+    build.build(checkout, [STACK])
+    assert snapshot(checkout.wheels_dir) == first
