@@ -106,9 +106,12 @@ def publish(session: nox.Session) -> None:
 @nox.parametrize("torch", STACK_TORCHES)
 def tracing(session: nox.Session, torch: str) -> None:
     """The SM120 simulation under each stack's own torch pin (CUDA wheels from PyPI),
-    for the versions of the stacks that pin it; whole models: the full matrix."""
+    for the versions of the stacks that pin it; whole models: the full matrix
+    (FP4GRAPH_TRACING_K narrows the tests)."""
     _install_test_env(session, f"torch=={torch}")
     selected = " or ".join(VERSIONS_BY_TORCH[torch])
+    if os.environ.get("FP4GRAPH_TRACING_K"):
+        selected = f"({selected}) and ({os.environ['FP4GRAPH_TRACING_K']})"
     session.run(
         "pytest", "-m", "not gpu and not sm120",
         *(session.posargs or ["tests/flashinfer", "tests/sglang", "tests/models", "-k", selected]),
@@ -121,6 +124,10 @@ def gpu(session: nox.Session) -> None:
     """GPU tests of the patched flashinfer (warm-up, capture/replay; numerics on SM100+)."""
     stack = _stack(session)
     _install_patched(session, stack, project="flashinfer-python")
+    # Without a GPU, tests/gpu skips as a module and pytest says "no tests ran" (exit 5).
+    cuda = session.run("python", "-c", "import torch; print(torch.cuda.is_available())", silent=True)
+    if "True" not in str(cuda):
+        session.skip("no CUDA GPU here (the patched wheels and the stack's torch installed)")
     session.run("pytest", "-m", "gpu", *(session.posargs or ["tests/gpu"]))
 
 
@@ -176,10 +183,15 @@ def upstream(session: nox.Session) -> None:
     """PR-ready branches, format-patch output and PR bodies from a series (dry run)."""
     if not session.posargs:
         session.error("Usage: nox -s upstream -- <project> [--version V] [--repo PATH]")
-    # torch: the tests the patches add run here; pyyaml reads the tree's pre-commit config.
+    # torch: the tests the patches add run here; pyyaml reads the tree's pre-commit config;
+    # what those tests import (pytest, the release's own requirements) fp4graph says.
     session.install(TORCH)
-    session.install("-e", ".", "pyyaml")
-    session.run("python", "-m", "fp4graph", "upstream", *session.posargs)
+    session.install("-e", ".", "pyyaml", TORCH)
+    needs = session.run("python", "-m", "fp4graph", "upstream", *session.posargs,
+                        "--print-test-requirements", silent=True)
+    if needs and needs.split():
+        session.install(*needs.split(), TORCH)
+    session.run("python", "-m", "fp4graph", "upstream", *session.posargs, "--tests-must-run")
 
 
 @nox.session(default=False)

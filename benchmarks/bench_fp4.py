@@ -21,7 +21,8 @@ kernels launch and do nothing, so SM90 figures measure host overhead and graph m
 never fp4 math.  The JSON and the README say so on every SM90 figure.
 
 ``--smoke`` runs the harness on a CPU (no GPU): tiny rounds, CPU stand-ins for the kernels,
-CUDA graphs replaced by plain calls; it checks the script, not speed.
+CUDA graphs replaced by plain calls; it checks the script, not speed.  ``--replot`` and
+``--report`` redraw the PNGs and print the markdown tables of an earlier results JSON.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from fp4bench import common, run  # noqa: E402
 from fp4bench.block import BLOCK_VARIANTS  # noqa: E402
 from fp4bench.common import log  # noqa: E402
 from fp4bench.plots import plot_all  # noqa: E402
+from fp4bench.report import report  # noqa: E402
 
 SECTIONS = ("warmup", "eager", "decompose", "peers", "block")
 
@@ -51,8 +53,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--pristine",
         type=pathlib.Path,
-        required=True,
-        help="pristine wheel (.whl) or unpacked tree of the same version",
+        default=None,
+        help="pristine wheel (.whl) or unpacked tree of the same version (required to measure)",
     )
     ap.add_argument(
         "--patched",
@@ -88,15 +90,27 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--replot", type=pathlib.Path, default=None, help="redraw the PNGs of a results JSON, exit"
     )
+    ap.add_argument(
+        "--report",
+        type=pathlib.Path,
+        default=None,
+        help="print the markdown tables of a results JSON (benchmarks/README.md's), exit",
+    )
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
     if args.replot:
         res = json.loads(args.replot.read_text())
         plot_all(res, args.replot.parent, args.replot.name.removesuffix(".json"))
         return 0
+    if args.report:
+        print(report(json.loads(args.report.read_text())), end="")
+        return 0
+    if args.pristine is None:
+        ap.error("--pristine is required to measure (not with --replot / --report)")
     sections = [s for s in args.sections.split(",") if s]
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
@@ -126,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     r.save()
     log(f"wrote {r.out_json} ({r.result['seconds']:.0f} s)")
     plot_all(r.result, args.out, stem)
+    (args.out / f"{stem}.md").write_text(report(r.result))
+    log(f"wrote {args.out / (stem + '.md')}")
     return 0
 
 

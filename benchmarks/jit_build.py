@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import pathlib
@@ -278,14 +279,29 @@ def merge(previous: dict[str, Any] | None, version: str, kind: str, rec: dict[st
     return merged
 
 
+def steps(rec: dict[str, Any]) -> tuple[int, int] | None:
+    """(done, total) ninja steps of a module over all its calls: a resumed call's ninja
+    counts only the steps left, so the module's total is the first call's."""
+    calls = [c for c in rec.get("calls") or [rec] if c.get("total")]
+    if not calls:
+        return None
+    last = calls[-1]
+    if len(calls) == 1 or not last.get("resumed"):  # one call, or started from empty again
+        return last.get("done") or 0, last["total"]
+    total = calls[0]["total"]
+    return total - (last["total"] - (last.get("done") or 0)), total
+
+
 def fmt_time(rec: dict[str, Any] | None) -> str:
     if not rec or "seconds" not in rec:
         return "not measured" if not rec or rec.get("status") in (None, "dry-run") else str(rec.get("status"))
     if rec.get("status") == "finished":
         return f"{rec['seconds']:.1f} s"
     if rec.get("status") == "unfinished":
-        steps = f", {rec.get('done')}/{rec.get('total')} steps" if rec.get("total") else ""
-        return f"> {rec['seconds']:.0f} s (unfinished{steps})"
+        progress = steps(rec)
+        done = f", {progress[0]}/{progress[1]} steps" if progress else ""
+        over = f" over {len(rec['calls'])} calls" if len(rec.get("calls") or []) > 1 else ""
+        return f"> {rec['seconds']:.0f} s{over} (unfinished{done})"
     return str(rec.get("status"))
 
 
@@ -329,6 +345,28 @@ def host_info() -> dict[str, Any]:
     return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
             "nvcc": nvcc_version, "ninja": shutil.which("ninja"),
             "max_jobs": os.environ.get("MAX_JOBS"), "cuda_arch_list": CUDA_ARCH_LIST}
+
+
+def inputs(paths: list[pathlib.Path], trees: list[tuple[pathlib.Path, str]]) -> list[dict[str, Any]]:
+    """What was built: each --flashinfer argument, its version and (for a wheel) its sha256."""
+    out = []
+    for path, (_, version) in zip(paths, trees, strict=True):
+        entry: dict[str, Any] = {"path": path.name, "version": version}
+        if path.is_file():
+            entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+        out.append(entry)
+    return out
+
+
+def git_commit() -> str:
+    """This checkout's commit (FP4GRAPH_COMMIT where the device copy has no .git)."""
+    if os.environ.get("FP4GRAPH_COMMIT"):
+        return os.environ["FP4GRAPH_COMMIT"]
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() or "unknown"
 
 
 def listing(trees: list[tuple[pathlib.Path, str]]) -> str:
@@ -377,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["MAX_JOBS"] = str(args.jobs)
     previous = json.loads(args.state.read_text()) if args.state else None
     record: dict[str, Any] = {"started": datetime.datetime.now().isoformat(timespec="seconds"),
-                              "host": host_info(), "dry_run": args.dry_run, "modules": {}}
+                              "host": host_info(), "inputs": inputs(args.flashinfer, trees),
+                              "fp4graph_commit": git_commit(), "dry_run": args.dry_run, "modules": {}}
     deadline = start + args.deadline_s
     for version in [v for _, v in trees]:
         # Earlier calls' records stay (this call replaces those it builds again).

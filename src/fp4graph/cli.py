@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 
-from .forward import drift, prs, rebase
+from .forward import drift, pin, prs, rebase, refresh
 from .integration import benchmark, command, families, matrix
 from .model import config, log, projects, stacks
 from .model.errors import ConfigError, Fp4graphError, SuiteError
@@ -107,6 +107,10 @@ def _upstream(args: argparse.Namespace) -> int:
     if args.push and not args.remote:
         raise Fp4graphError("--push needs an explicit --remote (a URL or a remote name of --repo)")
     settings = settings_from_args(args)
+    if args.print_test_requirements:
+        if not args.no_tests:
+            print("\n".join(prs.test_requirements(settings, args.project, args.version)))
+        return 0
     out = args.out
     if out is None:
         shown = args.version or prs.target_artifact(settings, args.project, None).version
@@ -114,7 +118,7 @@ def _upstream(args: argparse.Namespace) -> int:
     result = prs.prepare(
         settings, args.project, out, version=args.version, repo=args.repo, base=args.base,
         run_checks=not args.no_checks, tools=args.tools, run_tests=not args.no_tests,
-        python=args.python,
+        python=args.python, tests_must_run=args.tests_must_run,
     )
     print(f"{result.project} {result.version}: series {result.series_version}, source {result.origin}")
     for pr in result.prs:
@@ -162,14 +166,49 @@ def _rebase(args: argparse.Namespace) -> int:
         raise ConfigError(f"{out}: exists; pass --force to replace it or --out elsewhere")
     work = args.work_dir or pathlib.Path(tempfile.mkdtemp(prefix="fp4graph-rebase-"))
     work.mkdir(parents=True, exist_ok=True)
-    results = rebase.rebase(settings, args.project, args.from_version, args.to_version, out, work_dir=work)
+    results = rebase.rebase(settings, args.project, args.from_version, args.to_version, out,
+                            work_dir=work, replace_work=args.force)
     human = [r for r in results if r.status != "carried"]
     for r in results:
         print(f"{r.name}: {r.status}: {r.detail}")
-    print(f"rebase: {len(results) - len(human)} carried, {len(human)} need a human; "
+    unresolved = sum(r.status in ("conflict", "pending") for r in results)
+    print(f"rebase: {len(results) - len(human)} carried, {len(human)} need a human "
+          f"({unresolved} written as unresolved: lint and the build refuse them); "
           f"series in {out}; repositories in {work}")
+    if not unresolved:
+        print(f"next: `python -m fp4graph refresh {args.project} {args.to_version} --work-dir {work}` "
+              "after any fix-up commit, then the simulation tests of the new version")
     return 1 if human else 0
 
+
+def _refresh(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    if (args.repo is None) == (args.work_dir is None):
+        raise ConfigError("refresh needs one of --work-dir (rebase's) or --repo")
+    repo = args.repo or args.work_dir / f"to-{args.version}"
+    out = args.out or settings.patches_dir / args.project / args.version
+    results = refresh.refresh(args.project, args.version, repo, out, base=args.base, drop=args.drop)
+    for r in results:
+        print(f"{r.name}: {r.status}: {r.topic}: {r.detail}")
+    changed = sum(r.status != "unchanged" for r in results)
+    print(f"refresh: {len(results)} patch(es), {changed} changed; series in {out}")
+    if changed:
+        print("bump `revision` in patches/stacks.toml if this version was ever published")
+    return 0
+
+
+def _pin(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    result = pin.pin(settings, args.project, args.version, stack=not args.no_stack)
+    for artifact in result.artifacts:
+        files = [*artifact.files, *([artifact.sdist] if artifact.sdist else [])]
+        print(f"pinned {artifact.key}: " + ", ".join(f.filename for f in files))
+    for key in result.existing:
+        print(f"{key}: already pinned, identical")
+    if result.stack:
+        print(f"stack {result.stack}" + (f" (torch {result.torch})" if result.torch else ""))
+    print(f"wrote {result.stacks_file}" if result.artifacts or result.stack else "nothing to write")
+    return 0
 
 # --- verify -------------------------------------------------------------------------
 
@@ -324,6 +363,10 @@ def parser() -> argparse.ArgumentParser:
                    help="auto: install the pinned check tools into cached venvs; path: use PATH")
     p.add_argument("--no-tests", action="store_true", help="do not run the tests the patches add")
     p.add_argument("--python", default=sys.executable, help="interpreter for those tests")
+    p.add_argument("--tests-must-run", action="store_true",
+                   help="a test that cannot run (a module missing) fails the command")
+    p.add_argument("--print-test-requirements", action="store_true",
+                   help="print what those tests need installed (besides torch) and exit")
     p.add_argument("--push", action="store_true", help="push the PR branches (needs --remote)")
     p.add_argument("--remote", help="where to push: a URL or a remote name of --repo")
     _index_options(p)
@@ -340,15 +383,34 @@ def parser() -> argparse.ArgumentParser:
                    help="open or update the open issue with this label when patches drift")
     _index_options(p, find_links=False)
 
+    p = _command(sub, "pin", _pin,
+                 "pin a release from the index (files + sha256, its stack) into stacks.toml")
+    p.add_argument("project", choices=projects.NAMES)
+    p.add_argument("version")
+    p.add_argument("--no-stack", action="store_true", help="pin the artifacts only")
+    _index_options(p, find_links=False)
+
     p = _command(sub, "rebase", _rebase, "carry a series from one upstream version to another")
     p.add_argument("project", choices=projects.NAMES)
     p.add_argument("from_version", help="the version whose series to carry (A)")
     p.add_argument("to_version", help="the pinned version to carry it to (B)")
     p.add_argument("--out", type=pathlib.Path,
                    help="where to write B's series (default patches/<project>/<B>/; refused if it exists)")
-    p.add_argument("--force", action="store_true", help="replace an existing --out")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out and the work repositories of an earlier run")
     p.add_argument("--work-dir", type=pathlib.Path, help="keep the git repositories here")
     _index_options(p)
+
+    p = _command(sub, "refresh", _refresh,
+                 "write a rebase work repository's commits back as the series (after resolving)")
+    p.add_argument("project", choices=projects.NAMES)
+    p.add_argument("version", help="the version whose series to write")
+    p.add_argument("--work-dir", type=pathlib.Path, help="rebase's --work-dir (uses its to-<version>/)")
+    p.add_argument("--repo", type=pathlib.Path, help="any repository whose commits are the series")
+    p.add_argument("--base", help=f"the pristine commit (default {rebase.BASE_REF})")
+    p.add_argument("--out", type=pathlib.Path, help="where to write (default patches/<project>/<version>/)")
+    p.add_argument("--drop", action="append", default=[], metavar="TOPIC",
+                   help="drop this topic of the old series on purpose (repeatable)")
 
     p = _command(sub, "suites", _suites,
                  "upstream's own tests from the pinned tag, patched wheel beside pristine")

@@ -39,23 +39,15 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, series_versions
 from support.child import opcheck_failures, run_child_main
+from support.targets import versions_with_topic
 
 PROJECT = "flashinfer-python"
 
 
-def _moe_versions() -> list[str]:
-    """Versions whose series carries the fused-MoE op patch."""
-    out = []
-    for version in series_versions(PROJECT):
-        series = (REPO / "patches" / PROJECT / version / "series").read_text()
-        if any("-feat-moe-" in line for line in series.splitlines()):
-            out.append(version)
-    return out
-
-
-VERSIONS = _moe_versions()
+# Versions whose series carries the fused-MoE topic, in the 0.6.x API moe_child speaks
+# (0.7.x: test_fused_moe_074.py).
+VERSIONS = versions_with_topic(PROJECT, "trtllm-moe-ops", below="0.7")
 
 CUTLASS = {"cutlass_fused_moe"}
 TRTLLM = {"trtllm_fp4_block_scale_moe", "trtllm_fp4_block_scale_routed_moe"}

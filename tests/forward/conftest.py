@@ -8,16 +8,25 @@ from __future__ import annotations
 
 import pathlib
 import shutil
+from collections.abc import Iterator
 
 import pytest
 
 from fp4graph.model import config
 from fp4graph.model.config import Settings
-from support.checkout import make_checkout
+from support.checkout import fixture_requirements, make_checkout
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 FI = "flashinfer-python"
 MARKER = "0001-add-fixture-marker.patch"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fixture_topics() -> Iterator[None]:
+    """The fixture series carry fixture topics, not the fp4 topics projects require."""
+    with fixture_requirements():
+        yield
+
 
 @pytest.fixture
 def checkout(tmp_path: pathlib.Path) -> Settings:

@@ -51,7 +51,7 @@ def test_drift_classifies_and_caches(
     out = tmp_path / "reports"
     drift.write_reports(out, cells, notes)
     data = json.loads((out / "drift.json").read_text())
-    assert set(data[0]) == {"project", "version", "series_version", "patch", "status", "detail"}
+    assert set(data[0]) == {"project", "version", "series_version", "patch", "topic", "status", "detail"}
     assert "| 0.5.12 | 0.5.9 | superseded |" in (out / "drift.md").read_text()
 
     # a second run reads nothing from the network

@@ -27,9 +27,9 @@ def test_flashinfer_prs_from_the_sdist(checkout: Settings, tmp_path: pathlib.Pat
     out = tmp_path / "out"
     result = prs.prepare(checkout, FI, out, version="0.6.3", run_checks=False, run_tests=False)
     assert result.origin == "sdist flashinfer_python-0.6.3.tar.gz"
-    assert [pr.branch for pr in result.prs] == ["fp4graph/0001-add-fixture-marker"]
+    assert [pr.branch for pr in result.prs] == ["fp4graph/fixture-marker"]
     repo = out / "repo"
-    log = git(repo, "log", "--format=%an|%s", "-2", "fp4graph/0001-add-fixture-marker").stdout
+    log = git(repo, "log", "--format=%an|%s", "-2", "fp4graph/fixture-marker").stdout
     assert log.splitlines() == [
         "fp4graph|test: add a marker the engine tests look for",
         "fp4graph|flashinfer-python 0.6.3 (flashinfer_python-0.6.3.tar.gz)",
@@ -45,7 +45,7 @@ def test_flashinfer_prs_from_the_sdist(checkout: Settings, tmp_path: pathlib.Pat
     assert "#2999" in body and "#2733" in body
     assert "No benchmark results yet" in body
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["prs"][0]["branch"] == "fp4graph/0001-add-fixture-marker"
+    assert summary["prs"][0]["branch"] == "fp4graph/fixture-marker"
     # the same inputs make the same commits (fixed committer identity and date)
     again = prs.prepare(checkout, FI, tmp_path / "again", version="0.6.3",
                              run_checks=False, run_tests=False)
@@ -110,9 +110,18 @@ def test_local_clone_and_explicit_push(checkout: Settings, tmp_path: pathlib.Pat
     assert result.origin.startswith(f"clone of {user}")
     assert not git(remote, "branch", "--list").stdout.strip()  # dry run: nothing pushed
     prs.push(result, str(remote), user)
-    assert "fp4graph/0001-add-fixture-marker" in git(remote, "branch", "--list").stdout
+    assert "fp4graph/fixture-marker" in git(remote, "branch", "--list").stdout
 
 
 def test_push_needs_a_remote(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["upstream", FI, "--push"]) == 2
     assert "Fp4graphError: --push needs an explicit --remote" in capsys.readouterr().err
+
+
+def test_the_added_tests_requirements_come_from_the_release(checkout: Settings) -> None:
+    """What `nox -s upstream` installs: pytest and flashinfer's own Requires-Dist, no torch."""
+    needs = prs.test_requirements(checkout, FI, "0.6.3")
+    assert needs[0] == "pytest"
+    assert "apache-tvm-ffi!=0.1.8,!=0.1.8.post0,<0.2,>=0.1.6" in needs and "numpy" in needs
+    assert not [n for n in needs if n.startswith("torch")]
+    assert prs.test_requirements(checkout, "sglang", "0.5.9") == []  # projects.py declares none

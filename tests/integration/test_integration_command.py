@@ -17,11 +17,15 @@ import pytest
 
 from fp4graph import cli
 from fp4graph.integration import command, device, flags, plan
+from fp4graph.model import stacks
 from fp4graph.model.errors import ConfigError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 H200 = "NVIDIA H200, 9.0\n"
 PRO6000 = "NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0\n"
+# The fake repository's series exist for sglang only: its pin is the patched version at the
+# catalog's current revision, flashinfer's the upstream one.
+SGLANG_059 = "sglang==" + stacks.load(REPO / "patches" / "stacks.toml").artifact("sglang", "0.5.9").patched_version
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -77,7 +81,7 @@ def test_user_checkpoint_family(tmp_path: pathlib.Path) -> None:
 def test_pins_from_stacks_toml(tmp_path: pathlib.Path) -> None:
     """Without a manifest: patched local version where a series exists, upstream otherwise."""
     pins = plan.stack_pins(_fake_repo(tmp_path), "sglang-0.5.9")
-    assert [p.requirement for p in pins.pins] == ["sglang==0.5.9+fp4graph.1", "flashinfer-python==0.6.3"]
+    assert [p.requirement for p in pins.pins] == [SGLANG_059, "flashinfer-python==0.6.3"]
     assert pins.sglang_version == "0.5.9" and pins.source.endswith("stacks.toml")
 
 
@@ -101,7 +105,7 @@ def test_install_commands(tmp_path: pathlib.Path) -> None:
     venv, _, install = local.commands()
     assert venv == ["python3", "-m", "venv", str(tmp_path / "w" / "venv")]
     assert install[install.index("--find-links") + 1] == str(repo / "wheels")
-    assert install[-2:] == ["sglang==0.5.9+fp4graph.1", "flashinfer-python==0.6.3"]
+    assert install[-2:] == [SGLANG_059, "flashinfer-python==0.6.3"]
     newer = local.with_overrides("transformers==5.6.0")
     *same, override = newer.commands()
     assert newer.venv == tmp_path / "w" / "venv-transformers-5.6.0"
@@ -196,7 +200,7 @@ def test_dry_run_plan(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
     lines = out.splitlines()
     venv_python = str(tmp_path / "w" / "venv" / "bin" / "python")
     assert f"venv: {tmp_path / 'w' / 'venv'}" in out
-    assert "sglang==0.5.9+fp4graph.1 flashinfer-python==0.6.3" in out
+    assert f"{SGLANG_059} flashinfer-python==0.6.3" in out
     assert "matrix: 40 cells x piecewise off/on" in out
     for family in ("llama", "qwen3", "qwen3-moe", "deepseek-v3", "glm4-moe", "glm5", "deepseek-v3.2"):
         assert f"{venv_python} -m fp4graph.integration.checkpoint" in out and f"--family {family}" in out
@@ -225,7 +229,7 @@ def test_device_check_and_missing_wheels(tmp_path: pathlib.Path, monkeypatch: py
     assert _run(tmp_path, monkeypatch, "--device-check", "--tp", "2") == 0
     assert capsys.readouterr().out.startswith(command.SKIPPED + " --tp 2 needs 2 SM120 GPUs")
     assert not (tmp_path / "out").exists()
-    with pytest.raises(ConfigError, match=r"has no wheel for sglang==0\.5\.9\+fp4graph\.1: build them with "
+    with pytest.raises(ConfigError, match=f"has no wheel for {re.escape(SGLANG_059)}: build them with "
                                           r"`nox -s wheels -- --stack sglang-0\.5\.9`"):
         _run(tmp_path, monkeypatch, "--python", sys.executable)
     assert not (tmp_path / "w").exists()

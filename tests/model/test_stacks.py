@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+import tomllib
 
 from fp4graph.model import stacks
 from fp4graph.model.errors import ConfigError
@@ -22,19 +23,52 @@ def artifact(**overrides: object) -> dict[str, object]:
 
 
 def test_repository_stacks_parse() -> None:
-    catalog = stacks.load(REPO / "patches" / "stacks.toml")
+    """The repository's catalog, checked against a plain TOML reading of the same file, so a
+    new stack or a revision bump needs no change here."""
+    path = REPO / "patches" / "stacks.toml"
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    catalog = stacks.load(path)
     names = [s.name for s in catalog.stacks]
-    assert names == ["sglang-0.5.9", "sglang-0.5.10.post1", "sglang-0.5.11", "flashinfer-0.7.4"]
-    fi = catalog.artifact("flashinfer_python", "0.6.3")
-    assert fi.patched_version == "0.6.3+fp4graph.1"
+    assert names == [s["name"] for s in raw["stack"]] and len(set(names)) == len(names)
+    assert [a.key for a in catalog.artifacts.values()] == [
+        f"{a['project']}=={a['version']}" for a in raw["artifact"]
+    ]
+    for entry in raw["artifact"]:
+        artifact = catalog.artifact(entry["project"], entry["version"])
+        assert artifact.patched_version == f"{entry['version']}+fp4graph.{entry['revision']}"
+        assert [f.filename for f in artifact.files] == [f["filename"] for f in entry["files"]]
+    # A stack is named after the release it serves: sglang-X holds sglang==X, flashinfer-X
+    # flashinfer-python==X.
+    for stack in catalog.stacks:
+        project, version = stack.name.rsplit("-", 1)
+        assert {"sglang": "sglang", "flashinfer": "flashinfer-python"}[project] + "==" + version in (
+            stack.artifacts
+        ), stack
     # sglang >= 0.5.11 ships one wheel per CPython: each is pinned on its own.
     sg = catalog.artifact("sglang", "0.5.11")
     assert [f.filename.split("-")[2] for f in sg.files] == ["cp310", "cp311", "cp312"]
-    # nox -s tracing: which versions each stack torch pin traces.
-    assert catalog.versions_by_torch() == {
-        "2.9.1": ["0.5.9", "0.6.3", "0.5.10.post1", "0.6.7.post3"],
-        "2.11.0": ["0.5.11", "0.6.8.post1"],
+
+
+def test_versions_by_torch_groups_the_stacks_by_their_torch_pin() -> None:
+    """nox -s tracing: which versions each stack torch pin traces (a stack without a torch
+    pin traces under none)."""
+    def wheel(project: str, version: str) -> dict[str, object]:
+        name = f"{project.replace('-', '_')}-{version}-py3-none-any.whl"
+        return artifact(project=project, version=version, files=[{"filename": name, "sha256": SHA}])
+
+    data = {
+        "artifact": [artifact(), wheel("sglang", "0.5.9"), wheel("flashinfer-python", "0.6.8"),
+                     wheel("flashinfer-python", "0.7.4")],
+        "stack": [
+            {"name": "sglang-0.5.9", "artifacts": ["sglang==0.5.9", "flashinfer-python==0.6.3"],
+             "torch": "2.9.1"},
+            {"name": "flashinfer-0.6.8", "artifacts": ["flashinfer-python==0.6.8"], "torch": "2.11.0"},
+            {"name": "flashinfer-0.7.4", "artifacts": ["flashinfer-python==0.7.4"]},
+        ],
     }
+    catalog = stacks.parse(data)
+    assert catalog.artifact("flashinfer-python", "0.6.3").patched_version == "0.6.3+fp4graph.1"
+    assert catalog.versions_by_torch() == {"2.9.1": ["0.5.9", "0.6.3"], "2.11.0": ["0.6.8"]}
 
 
 @pytest.mark.parametrize(

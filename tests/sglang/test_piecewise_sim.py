@@ -18,12 +18,14 @@ from typing import Any
 import pytest
 
 from support.child import run_python, tail
+from support.targets import sglang_targets
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
-# sglang version -> the flashinfer-python it pins.
-TARGETS = {"0.5.9": "0.6.3", "0.5.10.post1": "0.6.7.post3", "0.5.11": "0.6.8.post1"}
+# sglang version -> the flashinfer-python of its stack, for every stack in stacks.toml
+# whose sglang has a series.
+TARGETS = sglang_targets()
 SEED_ERROR = "Attempted to call function marked as skipped"
 FP4_QUANT = "sglang.flashinfer_fp4_quantize"
 

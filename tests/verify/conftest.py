@@ -31,10 +31,11 @@ from fp4graph.wheels.fetch import sha256_of
 
 PROJECT = "demo-kernels"
 STACK = "demo-1.0"
-# What the engine knows of it (model.projects): paths as in the wheel, no version file.
+# What the engine knows of it (model.projects): paths as in the wheel, no version file, no
+# topics a series must carry (its one patch has none of flashinfer's).
 DEMO = dataclasses.replace(
     projects.FLASHINFER, name=PROJECT, github="example/demo-kernels", version_file=None,
-    editable_data=None, upstream_fixes=(),
+    editable_data=None, upstream_fixes=(), required_topics=(),
 )
 
 

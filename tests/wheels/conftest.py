@@ -1,16 +1,32 @@
-"""Fixtures of the wheels tests: a throw-away checkout whose patches/ holds the fixture series."""
+"""Fixtures of the wheels tests: a throw-away checkout whose patches/ holds the fixture series
+and the fixture catalog (fixtures/patches/stacks.toml: fixed revisions, one stack), so the
+engine tests do not change with the repository's stacks."""
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
+from collections.abc import Iterator
 
 import pytest
 
 from fp4graph.model import config
-from support.checkout import REPO, STACK, make_checkout
+from support import checkout as support_checkout
+from support.checkout import FIXTURE_STACKS, REPO, STACK, fixture_requirements
 
 __all__ = ["REPO", "STACK", "make_checkout", "snapshot"]
+
+
+def make_checkout(root: pathlib.Path, cache: pathlib.Path) -> config.Settings:
+    """A throw-away checkout with the fixture series and the fixture catalog."""
+    return support_checkout.make_checkout(root, cache, stacks_toml=FIXTURE_STACKS)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fixture_topics() -> Iterator[None]:
+    """The fixture series carry the fixture marker, not the fp4 topics projects require."""
+    with fixture_requirements():
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from fp4graph.wheels import build, repack
 
 from .conftest import STACK, make_checkout, snapshot
 
+# The fixture catalog (fixtures/patches/stacks.toml) pins both artifacts at revision 1.
 FI = "flashinfer_python-0.6.3+fp4graph.1-py3-none-any.whl"
 SG = "sglang-0.5.9+fp4graph.1-py3-none-any.whl"
 

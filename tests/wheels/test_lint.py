@@ -6,12 +6,14 @@ import pytest
 
 from fp4graph.model.config import Settings
 from fp4graph.wheels import lint
+from support.checkout import real_requirements
 
 from .conftest import REPO
 
 
 def test_repository_patches_are_clean() -> None:
-    assert lint.lint(REPO / "patches") == []
+    with real_requirements():
+        assert lint.lint(REPO / "patches") == []
 
 
 def test_fixture_series_is_clean(checkout: Settings) -> None:
@@ -72,3 +74,57 @@ def test_not_a_format_patch(checkout: Settings) -> None:
     fixture_patch(checkout).write_text("just some text\n")
     problems = lint.lint(checkout.patches_dir)
     assert len(problems) == 1 and "not a 'git format-patch' file" in problems[0]
+
+
+def test_patch_without_topic(checkout: Settings) -> None:
+    path = fixture_patch(checkout)
+    path.write_text(path.read_text().replace("Topic: fixture-marker\n", "", 1))
+    where = "patches/flashinfer-python/0.6.3"
+    assert lint.lint(checkout.patches_dir) == [
+        f"{where}/0001-add-fixture-marker.patch: missing DEP-3 field Topic",
+        f"{where}/series: no patch carries topic 'fixture-marker', which every flashinfer-python "
+        "series needs (the fixture series' patch); carry it over with `python -m fp4graph rebase`, "
+        "or change the requirement in fp4graph/model/projects.py",
+    ]
+
+
+def test_topic_spelling_and_duplicates(checkout: Settings) -> None:
+    path = fixture_patch(checkout)
+    path.write_text(path.read_text().replace("Topic: fixture-marker", "Topic: fixture-marker, Fp4_Ops"))
+    copy = path.with_name("0002-again.patch")
+    copy.write_text(path.read_text())
+    (path.parent / "series").write_text(f"{path.name}\n{copy.name}\n")
+    where = "patches/flashinfer-python/0.6.3"
+    problems = lint.lint(checkout.patches_dir)
+    assert f"{where}/0002-again.patch: topic 'fixture-marker' is also 0001-add-fixture-marker.patch's" in problems
+    assert (f"{where}/0001-add-fixture-marker.patch: Topic 'Fp4_Ops': topics are lower-case words "
+            "joined by '-'") in problems
+
+
+def test_unresolved_patch_is_named_with_the_fix(checkout: Settings) -> None:
+    series = checkout.patches_dir / "sglang/0.5.9/series"
+    series.write_text("0001-add-fixture-marker.patch unresolved  # conflicts in python/sglang/x.py\n")
+    assert lint.lint(checkout.patches_dir) == [
+        "patches/sglang/0.5.9/series: 0001-add-fixture-marker.patch is unresolved (conflicts in "
+        "python/sglang/x.py); resolve it in the rebase work repository and run "
+        "`python -m fp4graph refresh sglang 0.5.9`"
+    ]
+
+
+def test_series_line_with_an_unknown_state(checkout: Settings) -> None:
+    series = checkout.patches_dir / "sglang/0.5.9/series"
+    series.write_text("0001-add-fixture-marker.patch maybe\n")
+    assert lint.lint(checkout.patches_dir) == [
+        f"{series}:1: '0001-add-fixture-marker.patch maybe': expected a patch name, optionally "
+        "followed by 'unresolved' and a '#' comment"
+    ]
+
+
+def test_series_lacking_the_projects_core_topics(checkout: Settings) -> None:
+    with real_requirements():  # the fixture series lack every real fp4 topic
+        problems = lint.lint(checkout.patches_dir)
+    missing = sorted(p.split("topic ")[1].split(",")[0] for p in problems)
+    assert missing == sorted([
+        "'api-logging'", "'cuda-version'", "'cutlass-moe-op'", "'fp4-quantize-ops'", "'fp4-warmup'",
+        "'mm-fp4-op'", "'trtllm-moe-ops'", "'fp4-quantize-op'", "'fp4-warmup'",
+    ]), problems

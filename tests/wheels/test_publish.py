@@ -24,6 +24,7 @@ from .conftest import STACK, make_checkout
 
 pytestmark = pytest.mark.slow
 USER, PASSWORD = "fleet", "s3cret-for-tests"
+# The fixture catalog (fixtures/patches/stacks.toml) pins both artifacts at revision 1.
 FI = "flashinfer_python-0.6.3+fp4graph.1-py3-none-any.whl"
 # pip must see nothing but the index under test.
 ISOLATED_PIP = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}

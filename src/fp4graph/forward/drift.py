@@ -3,13 +3,16 @@
 For every release on the index of each project from its ``first_drift_release`` on
 (``model.projects``: flashinfer-python 0.6.0, sglang 0.5.8), each patch of the nearest
 series (the highest series version <= the release, else the lowest) is classified, in
-series order:
+series order, and each cell carries the patch's topic: the report's columns are topics, so
+a column means the same change in every release whatever the patch's number:
 
 - ``upstream``: ``git apply -R --check`` succeeds (the release already has the patch);
 - ``applies``: ``git apply --check`` succeeds (then it is applied, so the next patch
   is checked on top of it, as the series is built);
-- ``superseded``: it does not apply, and the same fix is detected in the release (see
-  each project's ``upstream_fixes``);
+- ``superseded``: it does not apply, and upstream's own code does what it does: an
+  ``UpstreamFix`` of the project names every topic of the patch and all of its evidence
+  holds in the release (``model.projects``).  A fix with only part of its evidence (one op
+  of several registered, say) is named in the cell's detail, and the patch stays needed;
 - ``conflicts``: neither;
 - ``unchecked``: every file it touches lies outside the release's wheel (upstream
   tests, docs).
@@ -22,6 +25,7 @@ extracted file are cached under ``<cache>/drift/``; a second run reads no artifa
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import io
@@ -48,7 +52,7 @@ from ..model.config import Settings
 from ..model.errors import FetchError, Fp4graphError
 from ..model.files import write_atomic
 from ..model.log import log
-from ..model.projects import UpstreamFix
+from ..model.projects import Evidence, UpstreamFix
 from ..model.series import Patch, Series, load_series, nearest_series_version, series_versions
 from ..wheels.apply import FileDiff, split_diff
 from ..wheels.fetch import list_files
@@ -72,6 +76,7 @@ class Cell:
     version: str
     series_version: str
     patch: str
+    topic: str
     status: str
     detail: str
 
@@ -343,12 +348,77 @@ def _why(stderr: str) -> str:
     return "; ".join(lines[:3]) or stderr.strip()[:300]
 
 
-def detect_fixes(files: ReleaseFiles, project: str) -> list[UpstreamFix]:
+def function_source(text: str, name: str) -> str | None:
+    """The source of the module-level function ``name`` in ``text``, decorators included."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    lines = text.splitlines(keepends=True)
+    nodes: list[ast.stmt] = list(tree.body)
+    while nodes:
+        node = nodes.pop(0)
+        if isinstance(node, ast.If | ast.Try):  # `if HAS_X: def f(...)`, `try: ... except`
+            nodes[:0] = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", []),
+                         *(s for h in getattr(node, "handlers", []) for s in h.body)]
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            return "".join(lines[first - 1 : node.end_lineno])
+    return None
+
+
+def holds(files: ReleaseFiles, evidence: Evidence) -> bool:
+    """Whether ``evidence`` holds in the release: decided by the first member that exists
+    (and defines the function, with ``within``); False when none does."""
+    for member in evidence.members:
+        text = files.text(member)
+        if text is not None and evidence.within is not None:
+            text = function_source(text, evidence.within)
+        if text is not None:
+            return bool(evidence.pattern.search(text)) != evidence.absent
+    return False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Finding:
+    """An upstream fix checked in one release: which of its evidence holds."""
+
+    fix: UpstreamFix
+    held: tuple[Evidence, ...]
+    missing: tuple[Evidence, ...]
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    def describe(self) -> str:
+        if self.complete:
+            return self.fix.what
+        has = "; ".join(e.says for e in self.held)
+        lacks = "; ".join(e.says for e in self.missing)
+        return (f"not superseded: upstream has part of it ({self.fix.what}): {has}; "
+                f"but not: {lacks}")
+
+
+def detect_fixes(files: ReleaseFiles, project: str) -> list[Finding]:
+    """Every upstream fix of ``project`` with at least one piece of evidence in the release."""
     found = []
     for fix in registry.get(project).upstream_fixes:
-        if any((text := files.text(m)) is not None and fix.pattern.search(text) for m in fix.members):
-            found.append(fix)
+        held = tuple(e for e in fix.evidence if holds(files, e))
+        if any(not e.absent for e in held):  # an absence alone shows nothing
+            missing = tuple(e for e in fix.evidence if e not in held)
+            found.append(Finding(fix=fix, held=held, missing=missing))
     return found
+
+
+def superseding(findings: Sequence[Finding], patch: Patch) -> tuple[list[Finding], list[Finding]]:
+    """(complete fixes that together cover every topic of ``patch``, else [];
+    partial fixes of its topics)."""
+    topics = set(patch.topics)
+    mine = [f for f in findings if topics & set(f.fix.topics)]
+    complete = [f for f in mine if f.complete]
+    covered = {t for f in complete for t in f.fix.topics}
+    return (complete if topics and topics <= covered else []), [f for f in mine if not f.complete]
 
 
 def classify_release(
@@ -373,8 +443,8 @@ def classify_release(
 
         def cell(status: str, detail: str, patch: Patch = patch, note: str = note) -> Cell:
             return Cell(project=release.project, version=release.version,
-                        series_version=series.version, patch=patch.name, status=status,
-                        detail=detail + note)
+                        series_version=series.version, patch=patch.name, topic=patch.topic,
+                        status=status, detail=detail + note)
 
         if not kept:
             cells.append(cell("unchecked", "touches no file the release's wheel holds"))
@@ -389,12 +459,13 @@ def classify_release(
             _git_apply(tree, diff)
             cells.append(cell("applies", "git apply --check succeeds"))
             continue
-        covering = [f for f in fixes if f.covers.search(patch.subject + "\n" + patch.diff)]
+        covering, partial = superseding(fixes, patch)
         if covering:
-            cells.append(cell("superseded", "; ".join(f.what for f in covering)))
+            cells.append(cell("superseded", "; ".join(f.describe() for f in covering)))
             continue
         after = f" (after {', '.join(blocked)} did not apply)" if blocked else ""
-        cells.append(cell("conflicts", _why(forward.stderr) + after))
+        partly = "".join(f"; {f.describe()}" for f in partial)
+        cells.append(cell("conflicts", _why(forward.stderr) + after + partly))
         blocked.append(patch.name[:4])
     return cells
 
@@ -456,9 +527,9 @@ def text_matrix(cells: Sequence[Cell]) -> str:
         width = max(len(k[1]) for k in rows)
         out.append(f"{project}")
         for (_, version), row in rows.items():
-            marks = " ".join(f"{c.patch[:4]}:{SYMBOL[c.status]:<3}" for c in row)
+            marks = " ".join(f"{c.topic}:{SYMBOL[c.status]}" for c in row)
             out.append(f"  {version:<{width}}  series {row[0].series_version:<12} {marks}")
-    out.append("legend: ok applies, UP already upstream (reverse-applies), SUP superseded "
+    out.append("columns are patch topics; legend: ok applies, UP already upstream (reverse-applies), SUP superseded "
                "(same fix upstream), XX conflicts, - not in the wheel")
     return "\n".join(out)
 
@@ -475,18 +546,21 @@ def markdown(cells: Sequence[Cell], notes: Sequence[str]) -> str:
         lines.append(f"- {note}")
     for project in dict.fromkeys(c.project for c in cells):
         rows = {k: v for k, v in matrix_rows(cells).items() if k[0] == project}
-        patches = list(dict.fromkeys(c.patch for row in rows.values() for c in row))
+        topics = list(dict.fromkeys(c.topic for row in rows.values() for c in row))
         lines += ["", f"## {project}", ""]
-        header = ["release", "series", *[p[:4] for p in patches]]
+        header = ["release", "series", *topics]
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "---|" * len(header))
         for (_, version), row in rows.items():
-            status = {c.patch: c.status for c in row}
+            status = {c.topic: c.status for c in row}
             lines.append("| " + " | ".join(
-                [version, row[0].series_version, *[status.get(p, "") for p in patches]]
+                [version, row[0].series_version, *[status.get(t, "") for t in topics]]
             ) + " |")
-        lines += ["", "Patches:", ""]
-        lines += [f"- `{p}`" for p in patches]
+        lines += ["", "Topics (the patch of each series):", ""]
+        for topic in topics:
+            names = dict.fromkeys(f"{c.series_version}: `{c.patch}`"
+                                  for row in rows.values() for c in row if c.topic == topic)
+            lines.append(f"- `{topic}`: " + ", ".join(names))
         problems = [c for row in rows.values() for c in row if c.status not in ("applies",)]
         if problems:
             lines += ["", "Details:", ""]

@@ -17,6 +17,8 @@ stacked on.  Nothing is pushed unless ``--push --remote R`` is given.
 from __future__ import annotations
 
 import dataclasses
+import email.parser
+import email.policy
 import json
 import os
 import pathlib
@@ -26,6 +28,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from ..model import projects
@@ -35,6 +40,8 @@ from ..model.files import atomic_directory
 from ..model.log import log
 from ..model.series import DEP3_FIELD, Patch, Series, nearest_series
 from ..model.stacks import Artifact, load
+from ..wheels.fetch import fetch
+from ..wheels.index import core_metadata
 from . import checks
 from .rebase import Applied, am_series
 from .sources import SourceRepo, checkout_at, git, source_repo
@@ -70,11 +77,13 @@ class Result:
     checks: tuple[checks.CheckResult, ...]
     tests: tuple[TestRun, ...]
     prs: tuple[PullRequest, ...]
+    tests_must_run: bool = False  # a test that could not run (a missing module) fails too
 
     @property
     def ok(self) -> bool:
+        failing = ("failed", "not-run") if self.tests_must_run else ("failed",)
         return not any(c.blocks for c in self.checks) and all(
-            t.outcome != "failed" for t in self.tests
+            t.outcome not in failing for t in self.tests
         )
 
 
@@ -305,6 +314,26 @@ def run_added_tests(
 # --- the command ------------------------------------------------------------------
 
 
+def test_requirements(settings: Settings, project: str, version: str | None) -> list[str]:
+    """What the tests the series adds need installed beside torch: the project's own test
+    requirements and, where they import the release, its wheel's runtime requirements
+    (Requires-Dist that apply here without extras; torch left to the caller's pin)."""
+    entry = projects.get(project)
+    needs = list(entry.test_requirements)
+    if entry.tests_import_release:
+        artifact = target_artifact(settings, project, version)
+        metadata = core_metadata(fetch(settings, artifact.project, artifact.file())).decode()
+        message = email.parser.Parser(policy=email.policy.compat32).parsestr(metadata)
+        env = {**{k: str(v) for k, v in default_environment().items()}, "extra": ""}
+        for raw in message.get_all("Requires-Dist") or []:
+            req = Requirement(raw)
+            if canonicalize_name(req.name) == "torch" or (req.marker and not req.marker.evaluate(env)):
+                continue
+            req.marker = None
+            needs.append(str(req))
+    return list(dict.fromkeys(needs))
+
+
 def target_artifact(settings: Settings, project: str, version: str | None) -> Artifact:
     catalog = load(settings.stacks_file)
     if version is not None:
@@ -328,11 +357,13 @@ def prepare(
     run_tests: bool = True,
     python: str = sys.executable,
     test_timeout: int = 900,
+    tests_must_run: bool = False,
 ) -> Result:
     """Build ``out`` (replacing it): the repository, branches, patches, PR bodies, summary."""
     projects.get(project)  # an unknown project fails here, naming the known ones
     artifact = target_artifact(settings, project, version)
     series = nearest_series(settings.patches_dir, project, artifact.version)
+    series.require_complete(topics=False)  # never a PR from a patch rebase could not carry
     with atomic_directory(out, replace=True) as staging:
         source = source_repo(settings, artifact, staging / "repo", repo=repo, base=base)
         applied = am_series(source, series, branch_prefix=BRANCH_PREFIX)
@@ -355,6 +386,7 @@ def prepare(
                 pr, patch_file=out / pr.patch_file.relative_to(staging),
                 body_file=out / pr.body_file.relative_to(staging),
             ) for pr in prs),
+            tests_must_run=tests_must_run,
         )
         _write_summary(staging, result, template_source)
     return result

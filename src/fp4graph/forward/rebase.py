@@ -1,9 +1,23 @@
 """Applying a series with ``git am``, and ``rebase``: carry a series from version A to version B.
 
-``python -m fp4graph rebase PROJECT A B`` applies A's series to A's source, cherry-picks
-each commit onto B's source (a three-way merge against A's tree), and writes B's series
-with normalised ``git format-patch`` headers and a refreshed ``Last-Update``.  Patches
-that conflict, or that become empty because B already has them, are listed for a human.
+The round trip is git-buildpackage's patch queue (``gbp pq import`` / ``rebase`` / ``export``):
+
+1. ``python -m fp4graph rebase PROJECT A B --work-dir W`` applies A's series to A's source
+   (``W/from-A``, one commit per patch) and ``git rebase``-s those commits onto B's source
+   in ``W/to-B`` (branch ``fp4graph/patches``; ``refs/fp4graph/base`` marks B's pristine
+   commit).  It writes B's series at once: the patches that carried, with normalised
+   headers; when a patch conflicts, git stops there, and that patch and every later one
+   are written as A's files on ``NAME unresolved`` lines, which lint, the build and PRs
+   refuse, naming each (never a series that silently lacks a patch).
+2. The maintainer resolves in ``W/to-B`` as with any git rebase: edit, ``git add``,
+   ``git rebase --continue`` (or ``--skip`` a patch B already has).
+3. ``python -m fp4graph refresh PROJECT B --work-dir W`` (``forward.refresh``) writes the
+   commits ``refs/fp4graph/base..HEAD`` back as the series, matched to its patches by
+   ``Topic:``.
+
+Carried is not working: a patch can apply cleanly and break on B (flashinfer 0.6.1 has a
+different ``get_cutlass_fp4_gemm_module`` signature than the series' 0.6.3).  The README's
+procedure runs B's simulation tests before any wheel is built.
 """
 
 from __future__ import annotations
@@ -12,16 +26,19 @@ import dataclasses
 import datetime
 import pathlib
 import re
+import shutil
 
 from ..model.config import Settings
 from ..model.errors import ConfigError, PatchError
 from ..model.files import atomic_directory
 from ..model.log import log
-from ..model.series import SERIES_FILE, Patch, Series, load_series
+from ..model.series import SERIES_FILE, UNRESOLVED, Patch, Series, load_series
 from ..model.stacks import load
 from .sources import SourceRepo, git, git_env, source_repo
 
 _LAST_UPDATE = re.compile(r"^Last-Update: .*$", re.M)
+BASE_REF = "refs/fp4graph/base"  # B's pristine commit, in the work repository
+BRANCH = "fp4graph/patches"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,7 +80,7 @@ def am_series(repo: SourceRepo, series: Series, *, branch_prefix: str | None = N
 
 def _first_error(text: str) -> str:
     for line in text.splitlines():
-        if line.startswith(("error:", "Patch failed", "fatal:")):
+        if line.startswith(("error:", "Patch failed", "fatal:", "CONFLICT")):
             return line
     return text.strip().splitlines()[-1] if text.strip() else "(no message)"
 
@@ -75,10 +92,23 @@ def normalise(patch_text: str, today: datetime.date) -> str:
     return head + sep + rest
 
 
+def format_patch(repo: pathlib.Path, commit: str) -> str:
+    """``commit`` as a patch file with the series' normalised envelope."""
+    return git(
+        repo, "format-patch", "-1", "--stdout", "--zero-commit", "--no-numbered",
+        "--signature=fp4graph", commit,
+    ).stdout
+
+
+def is_empty(repo: pathlib.Path, commit: str) -> bool:
+    """Whether ``commit`` changes nothing (its patch is already in the tree below it)."""
+    return git(repo, "diff", "--quiet", f"{commit}^", commit, check=False).returncode == 0
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Carried:
     name: str
-    status: str  # "carried" | "conflict" | "empty"
+    status: str  # "carried" | "empty" | "conflict" | "pending"
     detail: str
 
 
@@ -91,51 +121,83 @@ def rebase(
     *,
     work_dir: pathlib.Path,
     today: datetime.date | None = None,
+    replace_work: bool = False,
 ) -> list[Carried]:
-    """Carry ``from_version``'s series onto ``to_version``; write what carried to ``out_dir``."""
+    """Carry ``from_version``'s series onto ``to_version``; write B's series to ``out_dir``
+    (what carried, plus every patch that did not as an ``unresolved`` line).  Work
+    repositories already in ``work_dir`` (a resolution in progress) are refused unless
+    ``replace_work``."""
     today = today or datetime.date.today()
     work_dir.mkdir(parents=True, exist_ok=True)
     catalog = load(settings.stacks_file)
     series = load_series(settings.patches_dir, project, from_version)
     if series is None:
         raise ConfigError(f"{settings.patches_dir / project / from_version}: no series to carry")
+    series.require_complete(topics=False)
+    for name in (f"from-{from_version}", f"to-{to_version}"):
+        if (work_dir / name).exists():
+            if name.startswith("to-") and not replace_work:
+                raise ConfigError(
+                    f"{work_dir / name}: exists (a rebase being resolved?); finish it with "
+                    f"`python -m fp4graph refresh {project} {to_version} --work-dir {work_dir}`, "
+                    "or pass --force to start over"
+                )
+            shutil.rmtree(work_dir / name)
     old = source_repo(settings, catalog.artifact(project, from_version), work_dir / f"from-{from_version}")
     am_series(old, series)
     new = source_repo(settings, catalog.artifact(project, to_version), work_dir / f"to-{to_version}")
-    git(new.path, "fetch", "-q", str(old.path.resolve()), f"HEAD:refs/heads/fp4graph/from-{from_version}")
-    commits = git(new.path, "rev-list", "--reverse", f"{old.base}..fp4graph/from-{from_version}").stdout.split()
+    source_branch = f"fp4graph/from-{from_version}"
+    git(new.path, "fetch", "-q", str(old.path.resolve()), f"HEAD:refs/heads/{source_branch}")
+    git(new.path, "update-ref", BASE_REF, new.base)
+    commits = git(new.path, "rev-list", "--reverse", f"{old.base}..{source_branch}").stdout.split()
+    git(new.path, "checkout", "-q", "-B", BRANCH, source_branch)
+    env = git_env(date=None)  # keep each patch's author date; the committer date is not exported
+    done = git(new.path, "rebase", "--empty=keep", "--onto", new.base, old.base, BRANCH,
+               check=False, env=env)
+    stopped_at = len(commits)
+    unmerged: list[str] = []
+    if done.returncode != 0:
+        head = git(new.path, "rev-parse", "-q", "--verify", "REBASE_HEAD", check=False).stdout.strip()
+        if head not in commits:
+            raise PatchError(f"{new.path}: `git rebase` failed: {_first_error(done.stderr + done.stdout)}")
+        stopped_at = commits.index(head)
+        unmerged = git(new.path, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
+    carried = git(new.path, "rev-list", "--reverse", f"{new.base}..HEAD").stdout.split()
+    if len(carried) != stopped_at:
+        raise PatchError(f"{new.path}: git rebase carried {len(carried)} commit(s) before stopping "
+                         f"at patch {stopped_at + 1}; inspect the repository")
+
     results: list[Carried] = []
-    written: dict[str, str] = {}  # patch name -> its refreshed text
-    env = git_env(date=None)  # keep each patch's author date; committer date irrelevant to output
-    for patch, sha in zip(series.patches, commits, strict=True):
-        before = git(new.path, "rev-parse", "HEAD").stdout.strip()
-        picked = git(new.path, "cherry-pick", "--allow-empty", sha, check=False, env=env)
-        if picked.returncode != 0:
-            unmerged = git(new.path, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
-            git(new.path, "cherry-pick", "--abort", check=False)
-            results.append(Carried(
-                name=patch.name, status="conflict",
-                detail="conflicts in " + (", ".join(unmerged) or _first_error(picked.stderr))
-                + f"; resolve with `git -C {new.path} cherry-pick {sha}`",
-            ))
-            continue
-        if git(new.path, "diff", "--quiet", before, "HEAD", check=False).returncode == 0:
-            git(new.path, "reset", "-q", "--hard", before)
+    texts: dict[str, str] = {}
+    lines: list[str] = []
+    for patch, commit in zip(series.patches[:stopped_at], carried, strict=True):
+        if is_empty(new.path, commit):
             results.append(Carried(
                 name=patch.name, status="empty",
-                detail=f"{to_version} already has this change (empty after cherry-pick); "
-                "drop it from the series and set Applied-Upstream",
+                detail=f"{to_version} already has this change (empty after the rebase): dropped; "
+                f"if topic {patch.topic!r} is required, say from which version in model/projects.py",
             ))
+            lines.append(f"# {patch.name}: dropped, {to_version} already has it")
             continue
-        text = git(
-            new.path, "format-patch", "-1", "--stdout", "--zero-commit", "--no-numbered",
-            "--signature=fp4graph", "HEAD",
-        ).stdout
-        written[patch.name] = normalise(text, today)
-        results.append(Carried(name=patch.name, status="carried", detail="cherry-picked cleanly"))
+        texts[patch.name] = normalise(format_patch(new.path, commit), today)
+        lines.append(patch.name)
+        results.append(Carried(name=patch.name, status="carried", detail="applied cleanly"))
+    resolve = (f"resolve in {new.path}: edit, `git add`, `git rebase --continue` (or `--skip` "
+               f"a patch {to_version} has), then `python -m fp4graph refresh {project} {to_version} "
+               f"--work-dir {work_dir}`")
+    for i, patch in enumerate(series.patches[stopped_at:]):
+        if i == 0:
+            why = "conflicts in " + (", ".join(unmerged) or _first_error(done.stderr + done.stdout))
+            status = "conflict"
+        else:
+            why = f"not carried yet: git stopped at {series.patches[stopped_at].name}"
+            status = "pending"
+        texts[patch.name] = patch.path.read_text(encoding="utf-8")  # A's file, nothing lost
+        lines.append(f"{patch.name} {UNRESOLVED}  # {why}")
+        results.append(Carried(name=patch.name, status=status, detail=f"{why}; {resolve}"))
     with atomic_directory(out_dir, replace=True) as staging:
-        for name, text in written.items():
+        for name, text in texts.items():
             (staging / name).write_text(text, encoding="utf-8")
-        (staging / SERIES_FILE).write_text("".join(n + "\n" for n in written), encoding="utf-8")
-    log(f"rebase: wrote {len(written)} patch(es) to {out_dir}")
+        (staging / SERIES_FILE).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    log(f"rebase: wrote {len(texts)} patch(es) to {out_dir}, {len(series.patches) - stopped_at} unresolved")
     return results

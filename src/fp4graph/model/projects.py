@@ -1,7 +1,8 @@
 """What fp4graph knows about each upstream project it patches: one :class:`Project` each.
 
 Every job reads its per-project facts here: how upstream-repo paths map into the wheel and
-where the runtime version lives (wheels), the GitHub repository, linked issues, PR template,
+where the runtime version lives (wheels), the topics every series must carry (lint and the
+build refuse a series without them), the GitHub repository, linked issues, PR template,
 pre-commit hooks, test-file locations and drift's start and detectors (forward).  A third
 upstream project is one more entry in :data:`PROJECTS` (and its pins in
 patches/stacks.toml).
@@ -14,7 +15,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from .errors import ConfigError
 
@@ -37,14 +40,39 @@ class Layout:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RequiredTopic:
+    """A topic (a patch's ``Topic:`` field) every series of ``versions`` must carry."""
+
+    name: str
+    why: str
+    versions: SpecifierSet = SpecifierSet()  # empty: every version
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Evidence:
+    """One fact about a release's own code: ``pattern`` is found in one of ``members``
+    (inside the top-level function ``within`` when given), or with ``absent``, in none."""
+
+    says: str
+    members: tuple[str, ...]  # upstream-repo paths; the first that exists is read
+    pattern: re.Pattern[str]
+    within: str | None = None
+    absent: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class UpstreamFix:
-    """A fix upstream made in its own way: when ``pattern`` matches one of ``members``
-    in a release, the patches whose text matches ``covers`` are superseded there."""
+    """Upstream doing, its own way, what the patches of ``topics`` do.  Drift calls such a
+    patch superseded in a release only when every piece of ``evidence`` holds there: a
+    fix that covers part of a patch (one op of several) leaves the patch needed."""
 
     what: str
-    members: tuple[str, ...]  # upstream-repo paths
-    pattern: re.Pattern[str]
-    covers: re.Pattern[str]
+    topics: tuple[str, ...]
+    evidence: tuple[Evidence, ...]
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(m for e in self.evidence for m in e.members))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,9 +89,14 @@ class Project:
 
     name: str
     github: str  # owner/repo
+    stack_prefix: str  # `pin` names a stack of this project's release <prefix>-<version>
     # wheels
     layout: Layout
     version_file: str | None  # the wheel path of the runtime ``__version__``
+    # Where a wheel records the git commit it was built from (wheel path, pattern with the
+    # commit as group 1): `pin` writes it as the artifact's source pin, tag v<version>.
+    source_commit: tuple[str, re.Pattern[str]] | None = None
+    required_topics: tuple[RequiredTopic, ...] = ()
     # upstream pull requests
     linked_issues: tuple[str, ...]  # issues every PR links (besides the patch's Bug: lines)
     pr_template: str  # used when the tree has no .github/pull_request_template.md
@@ -73,17 +106,51 @@ class Project:
     test_file: re.Pattern[str]
     tests_run_as: Literal["pytest", "script"]
     test_pythonpath: str  # repo path put on PYTHONPATH for them
+    # What they import besides the tree: these, and with ``tests_import_release`` the
+    # release's own runtime requirements (its wheel's Requires-Dist, torch left out).
+    test_requirements: tuple[str, ...] = ()
+    tests_import_release: bool = False
     editable_data: EditableData | None = None
     # drift
     first_drift_release: str
     upstream_fixes: tuple[UpstreamFix, ...] = ()
 
+    def topics_required_for(self, version: str) -> tuple[RequiredTopic, ...]:
+        """The topics a series of ``version`` must carry."""
+        return tuple(t for t in self.required_topics if Version(version) in t.versions)
+
+
+# A public flashinfer function that traces as an op: it calls one (``torch.ops.flashinfer.X``)
+# or is one (decorated ``torch.library.custom_op("flashinfer::X")``).
+_USES_AN_OP = re.compile(r"torch\.ops\.flashinfer\.\w+|custom_op\(\s*[\"']flashinfer::")
+_FP4_QUANTIZATION = ("flashinfer/quantization/fp4_quantization.py", "flashinfer/fp4_quantization.py")
+
+
+def _public_functions_use_ops(members: tuple[str, ...], *functions: str) -> tuple[Evidence, ...]:
+    return tuple(
+        Evidence(says=f"{name}() traces as a torch.ops.flashinfer op", members=members,
+                 within=name, pattern=_USES_AN_OP)
+        for name in functions
+    )
+
 
 FLASHINFER = Project(
     name="flashinfer-python",
     github="flashinfer-ai/flashinfer",
+    stack_prefix="flashinfer",
     layout=Layout(""),
     version_file="flashinfer/_build_meta.py",
+    source_commit=("flashinfer/_build_meta.py", re.compile(r'^__git_version__ = "([0-9a-f]{40})"$', re.M)),
+    # What the README promises for every flashinfer series ("What the series cover").
+    required_topics=(
+        RequiredTopic(name="cuda-version", why="runtime checks read torch.version.cuda, not nvcc"),
+        RequiredTopic(name="fp4-quantize-ops", why="the fp4 quantize entry points trace as ops"),
+        RequiredTopic(name="mm-fp4-op", why="mm_fp4 traces as an op"),
+        RequiredTopic(name="api-logging", why="@flashinfer_api logging does not break tracing"),
+        RequiredTopic(name="fp4-warmup", why="flashinfer.fp4_warmup and the JIT-while-tracing error"),
+        RequiredTopic(name="cutlass-moe-op", why="cutlass_fused_moe traces as an op"),
+        RequiredTopic(name="trtllm-moe-ops", why="trtllm_fp4_block_scale_(routed_)moe trace as ops"),
+    ),
     linked_issues=(
         "https://github.com/flashinfer-ai/flashinfer/issues/2999",
         "https://github.com/flashinfer-ai/flashinfer/issues/2733",
@@ -115,6 +182,8 @@ FLASHINFER = Project(
     test_file=re.compile(r"^tests/(?:.+/)?test_[^/]+\.py$"),
     tests_run_as="pytest",
     test_pythonpath="",
+    test_requirements=("pytest",),
+    tests_import_release=True,  # `import flashinfer` from the tree needs its runtime deps
     # What flashinfer's build_backend.py links into flashinfer/data/ for an editable install.
     editable_data=EditableData(
         directory="flashinfer/data",
@@ -128,20 +197,21 @@ FLASHINFER = Project(
     ),
     first_drift_release="0.6.0",
     upstream_fixes=(
+        # 0.6.12 added torch.ops.flashinfer.fp4_quantize, but the public functions do not
+        # call it (0.7.4 still fails fullgraph): only every entry point using an op counts.
         UpstreamFix(
-            what=(
-                "flashinfer registers fp4_quantize as a real torch op "
-                "(torch.library custom_op/define of \"flashinfer::fp4_quantize\"); "
-                "check the patch's other entry points by hand"
+            what="flashinfer's public fp4 quantize functions trace as torch.ops.flashinfer ops",
+            topics=("fp4-quantize-ops",),
+            evidence=(
+                *_public_functions_use_ops(
+                    _FP4_QUANTIZATION, "fp4_quantize", "nvfp4_quantize", "mxfp4_quantize",
+                    "block_scale_interleave", "nvfp4_batched_quantize",
+                    "scaled_fp4_grouped_quantize",
+                ),
+                *_public_functions_use_ops(
+                    ("flashinfer/activation.py",), "silu_and_mul_scaled_nvfp4_experts_quantize"
+                ),
             ),
-            members=(
-                "flashinfer/fp4_quantization.py",
-                "flashinfer/quantization/fp4_quantization.py",
-            ),
-            pattern=re.compile(
-                r"torch\.library\.(?:custom_op|define)\(\s*[\"']flashinfer::fp4_quantize[\"'(]"
-            ),
-            covers=re.compile(r"torch\.ops\.flashinfer\.fp4_quantize\b|fp4_quantize\(", re.I),
         ),
     ),
 )
@@ -149,8 +219,14 @@ FLASHINFER = Project(
 SGLANG = Project(
     name="sglang",
     github="sgl-project/sglang",
+    stack_prefix="sglang",
     layout=Layout("python/"),  # upstream keeps the package under python/
     version_file="sglang/_version.py",
+    required_topics=(
+        RequiredTopic(name="fp4-quantize-op",
+                      why="every SM120 flashinfer fp4_quantize call site goes through one op"),
+        RequiredTopic(name="fp4-warmup", why="the fp4 modules are built before piecewise capture"),
+    ),
     linked_issues=(),
     pr_template=(
         "## Motivation\n\n## Modifications\n\n## Benchmark & Profiling\n\n## Checklist\n\n"
@@ -185,14 +261,31 @@ SGLANG = Project(
             what=(
                 "sglang wraps flashinfer.fp4_quantize in its own custom op "
                 "(fp4_utils.py: register_custom_op_from_extern(..., op_name=\"flashinfer_fp4_quantize\", "
-                "fake_impl=...))"
+                "fake_impl=...)) and its ModelOpt layers import that one"
             ),
-            members=("python/sglang/srt/layers/quantization/fp4_utils.py",),
-            pattern=re.compile(
-                r"register_custom_op_from_extern\(\s*_flashinfer_fp4_quantize_impl"
-                r"|op_name=\"flashinfer_fp4_quantize\""
+            topics=("fp4-quantize-op",),
+            evidence=(
+                Evidence(
+                    says="fp4_utils.py registers flashinfer_fp4_quantize as an op",
+                    members=("python/sglang/srt/layers/quantization/fp4_utils.py",),
+                    pattern=re.compile(
+                        r"register_custom_op_from_extern\(\s*_flashinfer_fp4_quantize_impl"
+                        r"|op_name=\"flashinfer_fp4_quantize\""
+                    ),
+                ),
+                Evidence(
+                    says="modelopt_quant.py takes fp4_quantize from fp4_utils",
+                    members=("python/sglang/srt/layers/quantization/modelopt_quant.py",),
+                    pattern=re.compile(r"from sglang\.srt\.layers\.quantization\.fp4_utils import "
+                                       r"(?:\([^)]*|[^\n(]*)\bfp4_quantize\b"),
+                ),
+                Evidence(
+                    says="modelopt_quant.py no longer imports flashinfer's fp4_quantize itself",
+                    members=("python/sglang/srt/layers/quantization/modelopt_quant.py",),
+                    pattern=re.compile(r"from flashinfer import[^\n]*\bfp4_quantize\b"),
+                    absent=True,
+                ),
             ),
-            covers=re.compile(r"fp4|quantiz", re.I),
         ),
     ),
 )

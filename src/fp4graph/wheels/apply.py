@@ -110,6 +110,11 @@ def apply_patch(patch: Patch, tree: pathlib.Path, layout: Layout) -> list[str]:
 
 
 def apply_series(series: Series, tree: pathlib.Path) -> dict[str, list[str]]:
-    """Apply every patch in order; return, per patch, the repo paths it changed."""
+    """Apply every patch in order; return, per patch, the repo paths it changed.
+
+    A series with an unresolved patch, or without a topic its project requires, is refused
+    first: it must never become a ``+fp4graph`` wheel.
+    """
+    series.require_complete()
     layout = projects.get(series.project).layout
     return {patch.name: apply_patch(patch, tree, layout) for patch in series.patches}

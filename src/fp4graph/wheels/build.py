@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from .. import __version__
 from ..model import projects
 from ..model.config import Settings
-from ..model.errors import BuildError, Fp4graphError
+from ..model.errors import BuildError, Fp4graphError, PatchError
 from ..model.files import atomic_directory, recover
 from ..model.log import log
 from ..model.series import Series, load_series
@@ -170,6 +170,11 @@ def build(settings: Settings, stack_names: Sequence[str] | None = None) -> dict[
         k: load_series(settings.patches_dir, catalog.artifacts[k].project, catalog.artifacts[k].version)
         for k in keys
     }
+    # Every series that lacks a fix, named before anything is fetched or built.
+    refused = [r for series in series_of.values() if series for r in series.refusals()]
+    if refused:
+        raise PatchError("refusing to build a +fp4graph wheel from a series that lacks a fix:\n  "
+                         + "\n  ".join(refused))
 
     wheels_dir = settings.wheels_dir
     recover(wheels_dir)

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import base64
-import contextlib
+import dataclasses
 import hashlib
 import html.parser
 import json
-import os
 import pathlib
 import shutil
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -19,6 +17,7 @@ from packaging.utils import canonicalize_name
 
 from ..model.config import Settings
 from ..model.errors import FetchError, HashMismatchError
+from ..model.files import atomic_file
 from ..model.log import log
 from ..model.stacks import ArtifactFile
 
@@ -48,21 +47,40 @@ def verify(path: pathlib.Path, pinned: ArtifactFile) -> pathlib.Path:
     return path
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class IndexFile:
+    """One file of a project's simple-index page (PEP 503 HTML or PEP 691 JSON)."""
+
+    filename: str
+    url: str
+    sha256: str | None  # the index's hash, when it gives one
+    yanked: str | None = None  # the reason ("" when none was given), None when not yanked
+    metadata_sha256: str | None = None  # PEP 658/714 ``<url>.metadata``: its hash ("" unknown)
+
+
 class _Anchors(html.parser.HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.hrefs: list[str] = []
+        self.anchors: list[dict[str, str | None]] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        href = dict(attrs).get("href")
-        if tag == "a" and href:
-            self.hrefs.append(href)
+        if tag == "a" and dict(attrs).get("href"):
+            self.anchors.append(dict(attrs))
 
 
-def list_files(
+def _hash(value: object) -> str | None:
+    """A PEP 691 ``hashes`` mapping, or an HTML ``sha256=...`` value -> its sha256."""
+    if isinstance(value, dict):
+        return str(value["sha256"]).lower() if "sha256" in value else ""
+    if isinstance(value, str) and value.startswith("sha256="):
+        return value.removeprefix("sha256=").lower()
+    return "" if value not in (None, False, "false") else None
+
+
+def index_files(
     index_url: str, project: str, auth: tuple[str, str] | None = None
-) -> dict[str, str]:
-    """Filename -> URL of every file of ``project`` on a PEP 503 / PEP 691 simple index.
+) -> list[IndexFile]:
+    """Every file of ``project`` on a PEP 503 / PEP 691 simple index, JSON preferred.
 
     A project the index does not know (HTTP 404) has no files.
     """
@@ -78,22 +96,47 @@ def list_files(
             content_type = response.headers.get("Content-Type", "")
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
-            return {}
+            return []
         raise FetchError(f"{page}: cannot read the index page for {project}: {exc}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise FetchError(f"{page}: cannot read the index page for {project}: {exc}") from None
+    out = []
     if "json" in content_type:
-        urls = [f["url"] for f in json.loads(body)["files"]]
-    else:
-        parser = _Anchors()
-        parser.feed(body.decode("utf-8", "replace"))
-        urls = parser.hrefs
-    files = {}
-    for url in urls:
-        absolute = urllib.parse.urljoin(page, url).split("#", 1)[0]
+        try:
+            entries = json.loads(body)["files"]
+        except (ValueError, KeyError) as exc:
+            raise FetchError(f"{page}: not a PEP 691 project page ({exc!r})") from None
+        for entry in entries:
+            url = urllib.parse.urljoin(page, entry["url"])
+            yanked = entry.get("yanked", False)
+            meta = entry.get("core-metadata", entry.get("dist-info-metadata"))
+            out.append(IndexFile(
+                filename=entry["filename"], url=url, sha256=_hash(entry.get("hashes", {})) or None,
+                yanked=None if yanked is False else ("" if yanked is True else str(yanked)),
+                metadata_sha256=_hash(meta),
+            ))
+        return out
+    parser = _Anchors()
+    parser.feed(body.decode("utf-8", "replace"))
+    for anchor in parser.anchors:
+        href = str(anchor["href"])
+        absolute, _, fragment = urllib.parse.urljoin(page, href).partition("#")
         name = urllib.parse.unquote(urllib.parse.urlsplit(absolute).path.rsplit("/", 1)[-1])
-        files[name] = absolute
-    return files
+        meta = anchor.get("data-core-metadata", anchor.get("data-dist-info-metadata"))
+        out.append(IndexFile(
+            filename=name, url=absolute, sha256=_hash(fragment) or None,
+            yanked=anchor.get("data-yanked") if "data-yanked" in anchor else None,
+            metadata_sha256=_hash(meta if meta is not None else None) if "data-core-metadata" in anchor
+            or "data-dist-info-metadata" in anchor else None,
+        ))
+    return out
+
+
+def list_files(
+    index_url: str, project: str, auth: tuple[str, str] | None = None
+) -> dict[str, str]:
+    """Filename -> URL of every file of ``project`` on a PEP 503 / PEP 691 simple index."""
+    return {f.filename: f.url for f in index_files(index_url, project, auth)}
 
 
 def _file_url(index_url: str, project: str, filename: str) -> str:
@@ -117,11 +160,7 @@ def fetch(settings: Settings, project: str, pinned: ArtifactFile) -> pathlib.Pat
     cached = cache / pinned.filename
     if cached.exists():
         return verify(cached, pinned)
-    cache.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=cache, prefix=f".{pinned.filename}.", suffix=".part")
-    os.close(fd)
-    tmp = pathlib.Path(tmp_name)
-    try:
+    with atomic_file(cached) as tmp:  # a killed download leaves nothing the next one keeps
         local = next((d / pinned.filename for d in settings.find_links if (d / pinned.filename).exists()), None)
         if local is not None:
             log(f"fetch {pinned.filename} from {local.parent}")
@@ -131,9 +170,4 @@ def fetch(settings: Settings, project: str, pinned: ArtifactFile) -> pathlib.Pat
             log(f"fetch {url}")
             _download(url, tmp)
         verify(tmp, pinned)
-        os.replace(tmp, cached)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
     return cached

@@ -1,4 +1,4 @@
-"""Static checks of patches/: stacks.toml, series membership, DEP-3 headers."""
+"""Static checks of patches/: stacks.toml, series membership, DEP-3 headers and topics."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ import pathlib
 from packaging.utils import canonicalize_name
 
 from ..model.errors import ConfigError
-from ..model.series import PATCH_NAME, SERIES_FILE, Patch, iter_series_dirs, read_series_names
+from ..model.series import (
+    PATCH_NAME,
+    SERIES_FILE,
+    Patch,
+    iter_series_dirs,
+    load_series,
+    read_series,
+)
 from ..model.stacks import load
 
 
@@ -25,7 +32,11 @@ def lint(patches_dir: pathlib.Path) -> list[str]:
         if not (directory / SERIES_FILE).is_file():
             problems.append(f"{where}: no series file")
             continue
-        listed = read_series_names(directory)
+        try:
+            listed = [name for name, _ in read_series(directory)]
+        except ConfigError as exc:
+            problems.append(str(exc))
+            continue
         on_disk = sorted(p.name for p in directory.glob("*.patch"))
         for name in sorted(set(on_disk) - set(listed)):
             problems.append(f"{where}/{name}: not listed in series")
@@ -46,4 +57,28 @@ def lint(patches_dir: pathlib.Path) -> list[str]:
         numbers = [n[:4] for n in listed]
         if numbers != sorted(numbers):
             problems.append(f"{where}/{SERIES_FILE}: patches are not in NNNN order")
+        problems.extend(_topic_problems(patches_dir, project, version, where))
     return sorted(dict.fromkeys(problems))
+
+
+def _topic_problems(patches_dir: pathlib.Path, project: str, version: str, where: object) -> list[str]:
+    """Unresolved patches, topics carried twice, topics the project requires and lacks."""
+    try:
+        series = load_series(patches_dir, project, version)
+    except ConfigError:
+        return []  # reported above, file by file
+    if series is None:
+        return []
+    problems = []
+    seen: dict[str, str] = {}
+    for patch in series.patches:
+        for topic in patch.topics:
+            if topic in seen:
+                problems.append(f"{where}/{patch.name}: topic {topic!r} is also {seen[topic]}'s")
+            seen.setdefault(topic, patch.name)
+    try:
+        problems.extend(series.refusals())
+    except ConfigError as exc:  # a project the registry does not know
+        problems.append(f"{where}: {exc}")
+    root = str(patches_dir.parent) + "/"
+    return [p.replace(root, "") for p in problems]

@@ -1,0 +1,55 @@
+"""What the simulation tests run on, read from patches/stacks.toml and the series.
+
+A new stack (``pin``, then ``rebase``/``refresh``) gets every test without a code change:
+nothing here lists a version.  A version whose series has an unresolved patch is listed
+too, so its tests fail naming the patch rather than skip it.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from packaging.version import Version
+
+from fp4graph.model import stacks
+from fp4graph.model.series import load_series, series_versions
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+FLASHINFER = "flashinfer-python"
+
+
+def sglang_targets(repo: pathlib.Path = REPO) -> dict[str, str]:
+    """sglang version -> the flashinfer-python version of its stack, for every stack whose
+    sglang has a series (oldest first)."""
+    catalog = stacks.load(repo / "patches" / "stacks.toml")
+    with_series = set(series_versions(repo / "patches", "sglang"))
+    out = {}
+    for stack in catalog.stacks:
+        artifacts = {a.project: a.version for a in catalog.stack_artifacts(stack)}
+        if artifacts.get("sglang") in with_series and FLASHINFER in artifacts:
+            out[artifacts["sglang"]] = artifacts[FLASHINFER]
+    return dict(sorted(out.items(), key=lambda kv: Version(kv[0])))
+
+
+def pinned_versions(project: str, repo: pathlib.Path = REPO) -> list[str]:
+    """Every version of ``project`` pinned in patches/stacks.toml, oldest first."""
+    catalog = stacks.load(repo / "patches" / "stacks.toml")
+    return sorted((a.version for a in catalog.artifacts.values() if a.project == project), key=Version)
+
+
+def versions_with_topic(
+    project: str, topic: str, *, below: str | None = None, at_least: str | None = None,
+    repo: pathlib.Path = REPO,
+) -> list[str]:
+    """Versions of ``project`` whose series carries ``topic`` (in any patch), oldest first;
+    ``below`` / ``at_least`` bound them where a harness follows one API generation."""
+    out = []
+    for version in series_versions(repo / "patches", project):
+        if below is not None and Version(version) >= Version(below):
+            continue
+        if at_least is not None and Version(version) < Version(at_least):
+            continue
+        series = load_series(repo / "patches", project, version)
+        if series is not None and topic in series.topics:
+            out.append(version)
+    return out
