@@ -78,7 +78,7 @@ def prepare() -> None:
     from sglang.srt.layers.attention.nsa import nsa_indexer
     from sglang.srt.layers.quantization import modelopt_quant
 
-    from fp4graph import simulate
+    from fp4graph.verify import simulate
 
     if hasattr(modelopt_quant, "copy_or_rebind_param"):  # sglang >= 0.5.10
         # Fake tensors hold no data, and a CUDA build of torch without a driver cannot
