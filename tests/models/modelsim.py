@@ -111,6 +111,8 @@ import stand_ins  # noqa: E402
 # The fp4 ops the series route SM120 calls through, and sglang's fp4 GEMM op.
 FP4_OPS = ("sglang.flashinfer_fp4_quantize", "sglang.fp4_gemm")
 SPLIT_OP_PREFIXES = ("sglang.",)
+# Compiled-kernel namespaces a piece may call (recorded per piece as "kernels").
+KERNEL_PREFIXES = ("deep_gemm.", "sgl_kernel.")
 
 _STATE: dict[str, Any] = {}
 
@@ -627,12 +629,15 @@ def _observe_split_graph(graphs: list[list[dict[str, Any]]]) -> None:
         split_gm, items = real(graph, ops)
         pieces = []
         for item in items:
-            targets = [
-                str(n.target)
-                for n in item.graph.graph.nodes
-                if n.op == "call_function" and str(n.target).startswith(SPLIT_OP_PREFIXES)
-            ]
-            pieces.append({"name": item.submod_name, "split": bool(item.is_splitting_graph), "ops": targets})
+            calls = [str(n.target) for n in item.graph.graph.nodes if n.op == "call_function"]
+            pieces.append(
+                {
+                    "name": item.submod_name,
+                    "split": bool(item.is_splitting_graph),
+                    "ops": [t for t in calls if t.startswith(SPLIT_OP_PREFIXES)],
+                    "kernels": sorted({t for t in calls if t.startswith(KERNEL_PREFIXES)}),
+                }
+            )
         graphs.append(pieces)
         return split_gm, items
 
@@ -736,7 +741,11 @@ def extend_batch(runner: Any, num_tokens: int) -> Any:
     reads (its warm-up batch's), host lengths made from Python data (so the NSA
     backend's metadata code can read them), device tensors fake."""
     import torch
-    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+    from sglang.srt.model_executor.forward_batch_info import (
+        CaptureHiddenMode,
+        ForwardBatch,
+        ForwardMode,
+    )
 
     fields = {f.name for f in dataclasses.fields(ForwardBatch)}
     values: dict[str, Any] = dict(
