@@ -939,7 +939,9 @@ def cold_check(tmp: str, subprocesses: list[str]) -> dict[str, Any]:
             flashinfer.fp4_quantize(cuda(16, 256), gscale())
 
     def compiled_capture() -> None:
-        compiled = torch.compile(lambda x, gs: flashinfer.fp4_quantize(x, gs), fullgraph=True, backend="eager")
+        compiled = torch.compile(
+            lambda x, gs: flashinfer.fp4_quantize(x, gs), fullgraph=True, backend="eager"
+        )
         with simulate.compiling(), _capturing():
             compiled(torch.ones(16, 256, dtype=BF16), torch.ones(1))
 
