@@ -30,6 +30,11 @@ VERSIONS_BY_TORCH = load(HERE / "patches" / "stacks.toml").versions_by_torch()
 STACK_TORCHES = sorted(VERSIONS_BY_TORCH)
 
 
+# pytest-xdist, one worker a CPU; a test file stays on one worker, so its module fixtures
+# (one child interpreter for a stack's whole-model batch) run once.
+PARALLEL = ["-n", "auto", "--dist", "loadfile"]
+
+
 def _test_requirements() -> list[str]:
     args = []
     for path in sorted(glob.glob("tests/*/requirements.txt")):
@@ -83,7 +88,7 @@ def tests(session: nox.Session) -> None:
     """The CPU suite: engine, SM120 simulation of the series, ci/ definitions."""
     _install_test_env(session)
     session.run("git", "rev-parse", "HEAD", external=True, success_codes=[0, 128])
-    session.run("pytest", "-m", "not gpu and not sm120", *(session.posargs or ["tests"]))
+    session.run("pytest", *PARALLEL, "-m", "not gpu and not sm120", *(session.posargs or ["tests"]))
 
 
 @nox.session(default=False)
@@ -113,7 +118,7 @@ def tracing(session: nox.Session, torch: str) -> None:
     if os.environ.get("FP4GRAPH_TRACING_K"):
         selected = f"({selected}) and ({os.environ['FP4GRAPH_TRACING_K']})"
     session.run(
-        "pytest", "-m", "not gpu and not sm120",
+        "pytest", *PARALLEL, "-m", "not gpu and not sm120",
         *(session.posargs or ["tests/flashinfer", "tests/sglang", "tests/models", "-k", selected]),
         env={"FP4GRAPH_MODELS": "full"},
     )

@@ -861,6 +861,120 @@ def select_check(built: list[str]) -> dict[str, Any]:
     return out
 
 
+# The CUDA toolkit's nvcc, as FlashInfer asks it before a build (no CI machine
+# is assumed to have one): ``nvcc --version`` of a CUDA 12.9 toolkit.
+NVCC_STAND_IN = """#!/bin/sh
+if [ "$1" = --version ]; then
+  echo "Cuda compilation tools, release 12.9, V12.9.41"
+  exit 0
+fi
+echo "nvcc stand-in: only --version is answered: $*" >&2
+exit 2
+"""
+
+
+def _cuda_home(nvcc: bool) -> str:
+    """A CUDA_HOME whose bin/nvcc is :data:`NVCC_STAND_IN`, or one without nvcc
+    (FlashInfer then falls back to torch.version.cuda, 12.8 here)."""
+    import os
+    import tempfile
+
+    home = tempfile.mkdtemp(prefix="fi-cuda-")
+    if nvcc:
+        os.makedirs(os.path.join(home, "bin"))
+        path = os.path.join(home, "bin", "nvcc")
+        with open(path, "w") as f:
+            f.write(NVCC_STAND_IN)
+        os.chmod(path, 0o755)
+    return home
+
+
+class _capturing:
+    """The current stream captures a CUDA graph: what torch.cuda's
+    is_current_stream_capturing() answers inside ``with torch.cuda.graph(g):``
+    (no CUDA graph exists on a CPU build of torch)."""
+
+    def __enter__(self) -> None:
+        self.old = torch.cuda.is_current_stream_capturing
+        torch.cuda.is_current_stream_capturing = lambda: True
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.cuda.is_current_stream_capturing = self.old
+
+
+def _as_fresh_process() -> None:
+    """Forget what a first fp4 call resolves: the module getters, the CUDA path,
+    the nvcc version, Dynamo's compiled code."""
+    from flashinfer.jit import cpp_ext
+
+    _clear_module_getters()
+    for name in ("get_cuda_path", "get_nvcc_version"):
+        if hasattr(getattr(cpp_ext, name, None), "cache_clear"):
+            getattr(cpp_ext, name).cache_clear()
+    torch._dynamo.reset()
+
+
+def cold_check(tmp: str, subprocesses: list[str]) -> dict[str, Any]:
+    """The first fp4 call of a fresh process that skipped fp4_warmup: an empty JIT
+    cache (``tmp``), FLASHINFER_NVCC_VERSION unset, nvcc present or absent.
+
+    Per toolkit, from a fresh state each: ``capture``, the eager fp4_quantize inside a
+    CUDA graph capture (tests/gpu's sequence); ``compiled-capture``, fp4_quantize
+    compiled fullgraph (its op) and first run inside a capture (the op's CPU kernel
+    is its real implementation, as in opcheck); ``trace``, the fp4 module getter
+    reached while Dynamo traces.  Each records the error, the module it names, the
+    nvcc runs and the builds started (the guard must refuse before any)."""
+    import os
+
+    import flashinfer
+
+    built = stub_jit(tmp)
+    os.environ.pop("FLASHINFER_NVCC_VERSION", None)  # stub_jit's default
+    _register_cpu_kernel("fp4_quantize")
+    getter = _fp4_module_getter()
+    arch = f"{CAPABILITY[0]}{CAPABILITY[1]}"
+
+    def capture() -> None:
+        with FakeTensorMode(allow_non_fake_inputs=True), _capturing():
+            flashinfer.fp4_quantize(cuda(16, 256), gscale())
+
+    def compiled_capture() -> None:
+        compiled = torch.compile(
+            lambda x, gs: flashinfer.fp4_quantize(x, gs), fullgraph=True, backend="eager"
+        )
+        with simulate.compiling(), _capturing():
+            compiled(torch.ones(16, 256, dtype=BF16), torch.ones(1))
+
+    def trace() -> None:
+        def f(x: torch.Tensor) -> torch.Tensor:
+            getter(arch)
+            return x + 1
+
+        with simulate.compiling():
+            torch.compile(f, fullgraph=True, backend="eager")(torch.zeros(4))
+
+    out: dict[str, Any] = {}
+    for toolkit in ("nvcc", "no-nvcc"):
+        os.environ["CUDA_HOME"] = _cuda_home(toolkit == "nvcc")
+        out[toolkit] = {}
+        for step, run in (("capture", capture), ("compiled-capture", compiled_capture), ("trace", trace)):
+            _as_fresh_process()
+            del built[:], subprocesses[:]
+            try:
+                run()
+                msg = "no error"
+            except Exception as e:
+                msg = f"{type(e).__module__}.{type(e).__name__}: {e}"
+            out[toolkit][step] = {
+                "error": msg.splitlines()[0][:300],
+                "message": _jit_message(msg),
+                "module": _quoted_module(msg),
+                "nvcc_runs": [c for c in subprocesses if "nvcc" in c],
+                "built": list(built),
+            }
+    return out
+
+
 def _spy_subprocesses() -> list[str]:
     """Record every subprocess started from now on (nvcc, which nvcc, ...)."""
     import subprocess
@@ -889,7 +1003,7 @@ def main(request_json: str) -> None:
         # two differ; give the simulated one its own function object.
         exchange = torch.cuda._exchange_device
         torch.cuda._maybe_exchange_device = lambda device: exchange(device)
-    if req["mode"] == "import":
+    if req["mode"] in ("import", "cold"):
         os.environ.pop("FLASHINFER_NVCC_VERSION", None)
         os.environ["FLASHINFER_WORKSPACE_BASE"] = req["tmp"]
         calls = _spy_subprocesses()
@@ -905,6 +1019,8 @@ def main(request_json: str) -> None:
 
             # Does CompilationContext() ask for the CUDA version (at import)?
             res["arch_at_import"] = "is_cuda_version_at_least" in inspect.getsource(cc)
+        if req["mode"] == "cold":
+            res["cold"] = cold_check(req["tmp"], calls)
         if req["mode"] == "trace":
             res["cases"] = trace_all(
                 req["version"], req["patched"], req["dynamic"], req.get("only")

@@ -7,14 +7,19 @@ from typing import Any
 
 import pytest
 from matrix_cells import STACK_IDS, stack_versions
+from packaging.version import Version
 
 from fp4graph.integration import flags
 from fp4graph.integration.families import FAMILIES, GLM5, LLAMA, QWEN3_MOE
 from fp4graph.integration.matrix import Cell, Fusion, Selection, StartOrder
+from fp4graph.model import projects
 from fp4graph.model.series import load_series
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-NSA_SERIES_PATCH = "nsa-piecewise-off"  # the topic of 0.5.9's old 0003: piecewise off for NSA models
+# The series' backport of sglang PR #23351 (upstream from 0.5.13): NSA models under piecewise.
+NSA_TOPIC = "nsa-piecewise-cuda-graph"
+NSA_OFF_TOPIC = "nsa-piecewise-off"  # 0.5.9's old 0003, which it replaced: piecewise off for NSA
+NSA_UPSTREAM_SINCE = Version("0.5.13")
 
 
 @pytest.mark.parametrize(
@@ -86,19 +91,30 @@ def test_declared_flags_reads_literals() -> None:
     assert flags.declared_flags(source) == {"--tp-size", "--port"}
 
 
-def _series_has(version: str, topic: str) -> bool:
+def _series_topics(version: str) -> list[str]:
     series = load_series(REPO / "patches", "sglang", version)
-    return series is not None and topic in series.topics
+    return series.topics if series is not None else []
 
 
 def expected_piecewise(version: str, cell: Cell, mode: flags.Piecewise) -> bool:
-    """What the patched release must decide: piecewise exactly in the "on" runs.
+    """What the patched release must decide: piecewise exactly in the "on" runs, NSA
+    models included (the series' backport of PR #23351; 0.5.10+ with the enforce flag)."""
+    return mode is flags.Piecewise.ON
 
-    While 0.5.9's series still carries the old patch that turns piecewise off for NSA
-    models (replaced by helper nsa's backport of PR #23351), NSA cells stay off there."""
-    if mode is flags.Piecewise.OFF:
-        return False
-    return not (cell.family.nsa and _series_has(version, NSA_SERIES_PATCH))
+
+@pytest.mark.parametrize("stack", STACK_IDS)
+def test_nsa_series_carry_the_backport(stack: str) -> None:
+    """Every sglang series before 0.5.13 runs NSA models piecewise: it carries the backport
+    and no longer the patch that turned piecewise off for them."""
+    version, _ = stack_versions(stack)
+    topics = _series_topics(version)
+    if Version(version) >= NSA_UPSTREAM_SINCE:
+        assert NSA_TOPIC not in topics, f"sglang {version} has PR #23351 itself"
+        return
+    required = [t.name for t in projects.get("sglang").topics_required_for(version)]
+    if NSA_TOPIC not in required:
+        pytest.skip(f"sglang {version}: projects.py requires the NSA backport from 0.5.9 on")
+    assert NSA_TOPIC in topics and NSA_OFF_TOPIC not in topics, (version, topics)
 
 
 @pytest.mark.slow
@@ -148,6 +164,9 @@ def test_every_cell_through_that_releases_server_args(sglang_checks: Any, stack:
                 assert args["disable_shared_experts_fusion"] is True, (cell.id, args)
             if cell.family.nsa:
                 assert args["attention_backend"] == "nsa", (cell.id, args)
+                # 0.5.10+ decide in ServerArgs: on for an NSA model only through the enforce flag.
+                if mode is flags.Piecewise.ON and "enforce" in got["piecewise"]:
+                    assert got["piecewise"]["enforce"] is True, (cell.id, got)
 
 
 @pytest.mark.slow

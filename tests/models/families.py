@@ -10,8 +10,8 @@ A row is the architecture sglang resolves, its ``kind`` ("dense" or "moe": MoE r
 run with ``--moe-runner-backend flashinfer_cutlass``), the ``config.json``, the server
 arguments that select a variant (``disable_shared_experts_fusion``) and ``expect``:
 attributes the built model must have (proof the variant is the one meant).  Add a family
-to the integration families, or a variant row here.  DSA (NSA) families are left to
-:data:`NSA_FAMILIES` (issue 14: their piecewise support is a series of its own).
+to the integration families, or a variant row here.  DSA (NSA) families
+(:data:`NSA_FAMILIES`) run with sglang's NSA attention backend and its NSA KV pool.
 """
 
 from __future__ import annotations
@@ -40,6 +40,13 @@ def _row(family: Family, **extra: Any) -> dict[str, Any]:
 
 
 ROWS: dict[str, dict[str, Any]] = {name: _row(f) for name, f in FAMILIES.items() if not f.nsa}
+# DSA (NSA) models: sglang 0.5.10+ turns piecewise off for them unless
+# --enforce-piecewise-cuda-graph (what nox -s integration passes there,
+# fp4graph.integration.flags.piecewise_flags); 0.5.9 has no such field (the field is
+# dropped there) and takes --enable-piecewise-cuda-graph like every family.
+ROWS.update(
+    (name, _row(f, server_args={"enforce_piecewise_cuda_graph": True})) for name, f in FAMILIES.items() if f.nsa
+)
 # --disable-shared-experts-fusion: DeepSeek routing through flashinfer's
 # fused_topk_deepseek instead of sgl_kernel's moe_fused_gate.
 ROWS["deepseek-v3-no-fusion"] = _row(

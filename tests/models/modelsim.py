@@ -27,29 +27,42 @@ Stand-ins, and only these (tests/models/stand_ins.py):
 
 1. the device: CPU torch answers as a CUDA 12.8 build on one RTX PRO 6000 (SM120)
    (``fp4graph.verify.simulate``), an ``nvidia-smi`` on PATH answering the same;
+   whether the device runs Triton is asked once while it is visible;
 2. the CUDA runtime: streams, events, ``torch.cuda.graph`` / ``CUDAGraph`` (the
    captured body runs once on fake tensors), synchronize, memory queries, the
    device RNG state Dynamo saves; ``torch.tensor(..., device="cuda")``, Python
-   indexing and ``Tensor.copy_`` of fake CUDA tensors as the aten ops they are
-   (a CPU build refuses their CUDA device guards); ``Tensor.cuda()`` is the
+   indexing, ``Tensor.copy_`` and ``~`` of fake CUDA tensors as the aten ops they
+   are (a CPU build refuses their CUDA device guards); ``Tensor.cuda()`` is the
    identity while the model is built on the host;
-3. sgl_kernel's compiled library ``common_ops``: the schemas of the pinned release
-   (tests/models/data/*.json) defined with torch.library and Meta kernels (no-op
-   for ops writing into ``Tensor!`` outputs, shapes from the C++ source for ops
-   returning tensors; a fake sglang registers itself replaces the Meta kernel);
-   its Python package is the pinned wheel's own;
+3. the compiled libraries of the pinned sgl-kernel wheel: ``common_ops``, FA3's
+   ``flash_ops``, FlashMLA's ``flashmla_ops`` and DeepGEMM's ``deep_gemm_cpp``: the
+   schemas of the release (tests/models/data/*.json) defined with torch.library and
+   Meta kernels (no-op for ops writing into ``Tensor!`` outputs, shapes from the C++
+   source for ops returning tensors, the device's answer for ops without tensor
+   arguments; a fake sglang registers itself replaces the Meta kernel); the Python
+   packages ``sgl_kernel`` and ``deep_gemm`` are the pinned wheel's own;
 4. JIT-compiled kernels: FlashInfer's JIT build/load and cubin downloads
-   (tests/flashinfer stand-ins: no-op kernels, the fused-MoE runner object) and
-   sglang.jit_kernel's ``tvm_ffi.cpp.load_inline`` / ``load`` (no-op kernels);
-5. the attention kernels: an ``AttentionBackend`` subclass returning outputs of
-   the real shape (its metadata and CUDA-graph hooks do nothing);
+   (tests/flashinfer stand-ins: no-op kernels, the fused-MoE runner object),
+   sglang.jit_kernel's ``tvm_ffi.cpp.load_inline`` / ``load`` (no-op kernels), Triton
+   kernels launched eagerly on fake tensors (recorded, not run; traced launches are
+   Triton HOPs), and Inductor's code generation for the ``torch.compile`` regions
+   sglang runs eagerly (their captured graph runs as traced);
+5. the attention kernels: for GQA / MLA families an ``AttentionBackend`` subclass
+   returning outputs of the real shape (its metadata and CUDA-graph hooks do
+   nothing); DSA (NSA) families run sglang's own ``NativeSparseAttnBackend`` as
+   ``ModelRunner._get_attention_backend`` builds it for the server arguments (its
+   kernels are those of 3 and 4);
 6. the memory pools: ``req_to_token_pool``, ``token_to_kv_pool`` and its allocator
-   (sizes, fake KV buffers);
+   (sizes, fake KV buffers); DSA (NSA) families get sglang's ``ReqToTokenPool`` and
+   ``NSATokenToKVPool`` (built with ``init_memory_pool``'s arguments), only the
+   allocator is a stand-in;
 7. the parts of ``ModelRunner.__init__`` that need a GPU (distributed init over
    NCCL, memory profiling): the runner is ``ModelRunner.__new__`` with the
    attributes ``__init__`` would set, from the real objects above;
 8. device memory has no data: every device tensor is a fake (FakeTensorMode with a
    ShapeEnv), so a host read of a device value (``.item()``) is an unbacked symbol;
+   a split op called eagerly (between captured pieces) runs the CUDA body sglang
+   registered for it, as on a GPU, instead of the fake FakeTensorMode would answer;
 9. import-only: torchvision (no CPU build for this torch) and ``flashinfer.comm``
    (loads libcudart at import; multi-GPU all-reduce only), inert modules.
 
@@ -76,6 +89,7 @@ sees another's warm caches.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
@@ -97,6 +111,8 @@ import stand_ins  # noqa: E402
 # The fp4 ops the series route SM120 calls through, and sglang's fp4 GEMM op.
 FP4_OPS = ("sglang.flashinfer_fp4_quantize", "sglang.fp4_gemm")
 SPLIT_OP_PREFIXES = ("sglang.",)
+# Compiled-kernel namespaces a piece may call (recorded per piece as "kernels").
+KERNEL_PREFIXES = ("deep_gemm.", "sgl_kernel.")
 
 _STATE: dict[str, Any] = {}
 
@@ -118,6 +134,7 @@ def prepare(record_path: str | None = None) -> None:
     stand_ins.install_nvidia_smi(tmp, gpu)
     record = json.loads(pathlib.Path(record_path or os.environ["FP4GRAPH_SGL_KERNEL_RECORD"]).read_text())
     stand_ins.install_sgl_kernel_ops(record)
+    stand_ins.import_deep_gemm(tmp)
     import sgsim
 
     sys.meta_path.insert(0, sgsim._StubFinder("flashinfer.comm"))
@@ -135,7 +152,16 @@ def prepare(record_path: str | None = None) -> None:
 
     _STATE["jit_built"] = stand_ins.install_flashinfer_jit(os.path.join(tmp, "flashinfer"))
     stand_ins.install_tvm_ffi_compiler()
+    stand_ins.install_triton_launcher()
+    stand_ins.record_cuda_bodies()
+    stand_ins.install_inductor_codegen()
     stand_ins.install_fake_cuda_indexing()
+    # Whether the device runs Triton is asked once and cached: ask while the simulated
+    # GPU is visible (it is hidden while Dynamo compiles, see simulate.compiling).
+    import torch.utils._triton
+
+    torch.utils._triton.has_triton.cache_clear()
+    torch.utils._triton.has_triton()
     torch.set_num_threads(1)
     # What the scheduler imports before a model runner exists.
     import sglang.srt.model_executor.model_runner  # noqa: F401
@@ -170,6 +196,7 @@ class Built:
     quant_methods: dict[str, str]
     moe_runner_backend: str
     case: dict[str, Any]
+    nsa: bool = False
 
 
 def write_checkpoint_dir(family: dict[str, Any], root: str) -> str:
@@ -386,6 +413,51 @@ def memory_pools(server_args: Any, model_config: Any, dtype: Any) -> tuple[Any, 
     return req_to_token, kv, allocator
 
 
+def nsa_memory_pools(runner: Any) -> None:
+    """The pools of an NSA (DSA) model, built by sglang's own classes with the arguments
+    ``ModelRunnerKVCacheMixin.init_memory_pool`` passes (its sizes: :func:`memory_pools`):
+    ``ReqToTokenPool`` and ``NSATokenToKVPool`` (paged latent cache + the indexer's fp8
+    k cache with scales); the KV cache dtype from ``ModelRunner.configure_kv_cache_dtype``."""
+    from sglang.srt.configs.model_config import get_nsa_index_head_dim
+    from sglang.srt.mem_cache.memory_pool import NSATokenToKVPool, ReqToTokenPool
+
+    size, tokens, context = 64, 4096, 4096
+    config = runner.model_config
+    runner.configure_kv_cache_dtype()
+    runner.start_layer, runner.end_layer = 0, config.num_hidden_layers
+    runner.num_effective_layers = config.num_hidden_layers
+    with fake_mode():
+        runner.req_to_token_pool = ReqToTokenPool(
+            size=size, max_context_len=context + 4, device="cuda", enable_memory_saver=False
+        )
+        runner.token_to_kv_pool = NSATokenToKVPool(
+            size=tokens,
+            page_size=runner.page_size,
+            dtype=runner.kv_cache_dtype,
+            kv_lora_rank=config.kv_lora_rank,
+            qk_rope_head_dim=config.qk_rope_head_dim,
+            layer_num=runner.num_effective_layers,
+            device="cuda",
+            kv_cache_dim=runner.calculate_mla_kv_cache_dim(),
+            enable_memory_saver=False,
+            start_layer=runner.start_layer,
+            end_layer=runner.end_layer,
+            index_head_dim=get_nsa_index_head_dim(config.hf_config),
+        )
+    runner.max_total_num_tokens = tokens
+    kv = runner.token_to_kv_pool
+    runner.token_to_kv_pool_allocator = _Pool(size=tokens, page_size=runner.page_size, device="cuda",
+                                              get_kvcache=lambda: kv)
+
+
+def nsa_attention_backend(runner: Any) -> Any:
+    """sglang's own attention backend for the server arguments (``--attention-backend nsa``,
+    with the NSA prefill / decode implementations ServerArgs chose for SM120), built by
+    ``ModelRunner._get_attention_backend``; its kernels are the stand-ins'."""
+    with fake_mode():
+        return runner._get_attention_backend()
+
+
 def attention_backend() -> Any:
     """An AttentionBackend subclass standing in for the attention kernels."""
     import torch
@@ -522,11 +594,18 @@ def build(case: dict[str, Any]) -> Built:
     with host_is_device(), torch.device("cpu"):
         model = loader.load_model(model_config=model_config, device_config=DeviceConfig("cpu"))
     to_fake_cuda(model)
+    from sglang.srt.configs.model_config import is_deepseek_nsa
     from sglang.srt.layers.moe.utils import get_moe_runner_backend
 
+    runner = model_runner(server_args, model_config, model)
+    nsa = is_deepseek_nsa(model_config.hf_config)
+    if nsa:
+        nsa_memory_pools(runner)
+        runner.attn_backend = nsa_attention_backend(runner)
     return Built(
+        nsa=nsa,
         model=model,
-        runner=model_runner(server_args, model_config, model),
+        runner=runner,
         server_args=server_args,
         model_config=model_config,
         quant_methods=quant_methods(model),
@@ -550,12 +629,15 @@ def _observe_split_graph(graphs: list[list[dict[str, Any]]]) -> None:
         split_gm, items = real(graph, ops)
         pieces = []
         for item in items:
-            targets = [
-                str(n.target)
-                for n in item.graph.graph.nodes
-                if n.op == "call_function" and str(n.target).startswith(SPLIT_OP_PREFIXES)
-            ]
-            pieces.append({"name": item.submod_name, "split": bool(item.is_splitting_graph), "ops": targets})
+            calls = [str(n.target) for n in item.graph.graph.nodes if n.op == "call_function"]
+            pieces.append(
+                {
+                    "name": item.submod_name,
+                    "split": bool(item.is_splitting_graph),
+                    "ops": [t for t in calls if t.startswith(SPLIT_OP_PREFIXES)],
+                    "kernels": sorted({t for t in calls if t.startswith(KERNEL_PREFIXES)}),
+                }
+            )
         graphs.append(pieces)
         return split_gm, items
 
@@ -611,29 +693,128 @@ def capture(built: Built) -> dict[str, Any]:
         "ok": True,
         "stage": None,
     }
+    if built.nsa:
+        result["nsa"] = nsa_report(built)
+    from sglang.srt.compilation.compilation_config import SPLIT_OPS
+
+    result["split_ops_run"] = stand_ins.run_split_op_bodies(list(SPLIT_OPS))
     stage = "init_device_graphs"
+    breaks_before_piecewise = 0
     try:
         with fake_mode():
             if built.case.get("cuda_graph", True):
                 runner.init_device_graphs()
                 result["decode_graph_runner"] = type(runner.graph_runner).__name__ if runner.graph_runner else None
+            breaks_before_piecewise = sum(counters["graph_break"].values())
             stage = "init_piecewise_cuda_graphs"
             with simulate.compiling():
                 runner.init_piecewise_cuda_graphs()
             result["piecewise_runner"] = (
                 type(runner.piecewise_cuda_graph_runner).__name__ if runner.piecewise_cuda_graph_runner else None
             )
+            if built.case.get("replay_tokens") and runner.piecewise_cuda_graph_runner:
+                stage = "replay"
+                result["replay"] = replay(built, built.case["replay_tokens"])
     except Exception as exc:
         result.update(ok=False, stage=stage, **_error(exc))
     result["graph_breaks"] = sum(counters["graph_break"].values())
+    # Breaks before the piecewise runner starts come from torch.compile regions the
+    # decode CUDA graph runner's eager forwards enter (not fullgraph); the piecewise
+    # compile is fullgraph=True, so a break there is an error as well.
+    result["graph_breaks_piecewise"] = result["graph_breaks"] - breaks_before_piecewise
     result["graph_break_reasons"] = [str(k)[:300] for k in counters["graph_break"]][:10]
     result["graphs"] = graphs
+    result["kernel_calls"] = dict(sorted(collections.Counter(stand_ins.KERNEL_CALLS).items()))
+    result["triton_launches"] = dict(sorted(collections.Counter(stand_ins.TRITON_LAUNCHES).items()))
+    result["split_op_calls"] = dict(sorted(collections.Counter(stand_ins.SPLIT_OP_CALLS).items()))
     from torch._dynamo.utils import guard_failures
 
     result["recompile_reasons"] = [str(r)[:500] for rs in guard_failures.values() for r in rs][:10]
     result["captures"] = len(stand_ins.CAPTURES)
     result["jit_modules"] = sorted(set(_STATE.get("jit_built", []))) + sorted(set(stand_ins.JIT_BUILT))
     return result
+
+
+def extend_batch(runner: Any, num_tokens: int) -> Any:
+    """A prefill (extend) batch of one new request of ``num_tokens`` tokens, as the
+    scheduler hands it to ``ModelRunner.forward``: the fields the piecewise runner
+    reads (its warm-up batch's), host lengths made from Python data (so the NSA
+    backend's metadata code can read them), device tensors fake."""
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import (
+        CaptureHiddenMode,
+        ForwardBatch,
+        ForwardMode,
+    )
+
+    fields = {f.name for f in dataclasses.fields(ForwardBatch)}
+    values: dict[str, Any] = dict(
+        forward_mode=ForwardMode.EXTEND,
+        global_forward_mode=ForwardMode.EXTEND,
+        batch_size=1,
+        input_ids=torch.zeros(num_tokens, dtype=torch.int64, device="cuda"),
+        positions=torch.arange(num_tokens, dtype=torch.int64, device="cuda"),
+        req_pool_indices=torch.zeros(1, dtype=torch.int64, device="cuda"),
+        seq_lens=torch.tensor([num_tokens], device="cuda"),
+        orig_seq_lens=torch.tensor([num_tokens], device="cuda"),
+        seq_lens_cpu=torch.tensor([num_tokens]),
+        seq_lens_sum=num_tokens,
+        req_to_token_pool=runner.req_to_token_pool,
+        token_to_kv_pool=runner.token_to_kv_pool,
+        attn_backend=runner.attn_backend,
+        out_cache_loc=torch.arange(num_tokens, dtype=torch.int64, device="cuda"),
+        extend_num_tokens=num_tokens,
+        extend_seq_lens=torch.tensor([num_tokens], device="cuda"),
+        extend_prefix_lens=torch.tensor([0], device="cuda"),
+        extend_start_loc=torch.tensor([0], device="cuda"),
+        extend_seq_lens_cpu=[num_tokens],
+        extend_prefix_lens_cpu=[0],
+        extend_logprob_start_lens_cpu=[num_tokens],
+        return_logprob=False,
+        capture_hidden_mode=CaptureHiddenMode.NULL,
+    )
+    return ForwardBatch(**{k: v for k, v in values.items() if k in fields})
+
+
+def replay(built: Built, num_tokens: int) -> dict[str, Any]:
+    """One replay of the captured piecewise graphs for a batch of ``num_tokens`` (not a
+    capture size: the runner pads it to the next one), as ``ModelRunner.forward_extend``
+    replays them.  Returns the padded size, the output rows, and the kernel calls made
+    in the replay with the rows of their first tensor argument."""
+    import torch
+
+    pcg = built.runner.piecewise_cuda_graph_runner
+    first = len(stand_ins.KERNEL_SHAPES)
+    calls = len(stand_ins.SPLIT_OP_CALLS)
+    with fake_mode(), torch.no_grad():
+        batch = extend_batch(built.runner, num_tokens)
+        assert pcg.can_run(batch), f"the piecewise runner refuses a {num_tokens}-token extend batch"
+        output = pcg.replay(batch)
+    kernels: dict[str, list[int]] = {}
+    for name, rows in stand_ins.KERNEL_SHAPES[first:]:
+        kernels.setdefault(name, []).append(rows)
+    return {
+        "tokens": num_tokens,
+        "static_tokens": min(n for n in pcg.capture_num_tokens if n >= num_tokens),
+        "logits_rows": int(output.next_token_logits.shape[0]),
+        "split_op_calls": dict(collections.Counter(stand_ins.SPLIT_OP_CALLS[calls:])),
+        "kernel_rows": {k: sorted(set(v)) for k, v in kernels.items()},
+    }
+
+
+def nsa_report(built: Built) -> dict[str, Any]:
+    """What sglang chose for an NSA (DSA) model on the simulated SM120."""
+    args = built.server_args
+    backend = built.runner.attn_backend
+    return {
+        "backend": type(backend).__name__,
+        "prefill": getattr(args, "nsa_prefill_backend", None),
+        "decode": getattr(args, "nsa_decode_backend", None),
+        "kv_cache_dtype": args.kv_cache_dtype,
+        "page_size": args.page_size,
+        "kv_pool": type(built.runner.token_to_kv_pool).__name__,
+        "indexers": sum(1 for _, m in built.model.named_modules() if type(m).__name__ == "Indexer"),
+    }
 
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:

@@ -8,8 +8,10 @@ wheels are 0.3-0.5 GB, so the simulation uses:
 * a committed record per sgl-kernel release, ``data/<project>-<version>.json``: the
   source wheel (name, URL, sha256), every op schema the library defines as text (read
   out of the library's read-only data; ops whose schema is inferred from a C++
-  signature have no text and are listed by name), and every Python file of the
-  ``sgl_kernel`` package with its offset in the wheel and its sha256;
+  signature have no text and are listed by name), the same for the libraries NSA
+  models call (:data:`EXTRA_LIBRARIES`: FA3's ``flash_ops``, FlashMLA's ``flashmla_ops``
+  and DeepGEMM's ``deep_gemm_cpp``, which the wheel bundles), and every Python file of the
+  ``sgl_kernel`` and ``deep_gemm`` packages with its offset in the wheel and its sha256;
 * at test time, only those Python files, read out of the pinned wheel on PyPI with
   HTTP range requests (about 200 KB), each checked against its recorded sha256.
 
@@ -44,7 +46,14 @@ HERE = pathlib.Path(__file__).resolve().parent
 DATA = HERE / "data"
 # load_utils._load_architecture_specific_ops: capability 90 -> sm90, anything else -> sm100.
 LIBRARY = "sgl_kernel/sm100/common_ops.abi3.so"
-PACKAGE = "sgl_kernel/"
+# The other compiled libraries of the wheel whose ops sglang's NSA (DSA) attention calls
+# or imports: (library, torch.library namespace, the module name that loads it).
+EXTRA_LIBRARIES = (
+    ("sgl_kernel/flash_ops.abi3.so", "sgl_kernel", "sgl_kernel.flash_ops"),
+    ("sgl_kernel/flashmla_ops.abi3.so", "sgl_kernel", "sgl_kernel.flashmla_ops"),
+    ("deep_gemm/deep_gemm_cpp.abi3.so", "deep_gemm", "deep_gemm.deep_gemm_cpp"),
+)
+PACKAGES = ("sgl_kernel/", "deep_gemm/")
 _SIMPLE = "https://pypi.org/simple/{project}/"
 # A printable C string that looks like ``name(args) -> returns``.
 _STRINGS = re.compile(rb"[\x20-\x7e]{8,}")
@@ -140,8 +149,12 @@ def generate(requirement: str, cache: pathlib.Path) -> pathlib.Path:
     python = []
     with zipfile.ZipFile(path) as z:
         library = z.read(LIBRARY)
+        extra = [
+            {"library": name, "namespace": namespace, "module": module, "schemas": schemas_of(z.read(name))}
+            for name, namespace, module in EXTRA_LIBRARIES
+        ]
         for info in z.infolist():
-            if info.filename.startswith(PACKAGE) and info.filename.endswith(".py"):
+            if info.filename.startswith(PACKAGES) and info.filename.endswith(".py"):
                 data = z.read(info)
                 python.append(
                     {
@@ -161,6 +174,7 @@ def generate(requirement: str, cache: pathlib.Path) -> pathlib.Path:
         "library": LIBRARY,
         "namespace": "sgl_kernel",
         "schemas": schemas,
+        "extra_libraries": extra,
         "python": python,
     }
     out = record_path(project, version)
@@ -206,9 +220,11 @@ def _member(blob: bytes, entry: dict[str, Any]) -> bytes:
 
 
 def python_tree(project: str, version: str, cache: pathlib.Path) -> pathlib.Path:
-    """A directory holding the pinned wheel's ``sgl_kernel`` Python files (no libraries)."""
+    """A directory holding the pinned wheel's ``sgl_kernel`` and ``deep_gemm`` Python
+    files (no libraries)."""
     record = load_record(project, version)
-    root = cache / "sgl-kernel-python" / f"{project}-{version}-{record['wheel']['sha256'][:16]}"
+    files = hashlib.sha256(json.dumps(record["python"], sort_keys=True).encode()).hexdigest()
+    root = cache / "sgl-kernel-python" / f"{project}-{version}-{record['wheel']['sha256'][:16]}-{files[:8]}"
     if (root / ".complete").is_file():
         return root
     local = cache / "sgl-kernel" / record["wheel"]["filename"]

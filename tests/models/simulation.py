@@ -78,11 +78,21 @@ def trees(wheel_tree: TreeGetter, target: SglangStack, *, patched: bool) -> tupl
     return [sglang, flashinfer, kernel, HERE], sgl_kernel_ops.record_path(project, version)
 
 
-def case(family: str, *, moe_runner_backend: str = "auto", cuda_graph: bool = True, **server_args: Any) -> dict[str, Any]:
+def case(
+    family: str,
+    *,
+    moe_runner_backend: str = "auto",
+    cuda_graph: bool = True,
+    replay_tokens: int | None = None,
+    **server_args: Any,
+) -> dict[str, Any]:
+    """A case of the matrix; ``replay_tokens``: after capture, replay the piecewise graphs
+    once for an extend batch of that many tokens (padded to the next capture size)."""
     return {
         "family": families.row(family),
         "moe_runner_backend": moe_runner_backend,
         "cuda_graph": cuda_graph,
+        "replay_tokens": replay_tokens,
         "server_args": server_args,
     }
 

@@ -48,57 +48,190 @@ def _scaled_mm(a: torch.Tensor, b: torch.Tensor, sa: Any, sb: Any, out_dtype: to
     return torch.empty(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
 
 
+# --- FlashMLA (sgl_kernel/flashmla_ops) and DeepGEMM (deep_gemm/deep_gemm_cpp) -----------
+# Shapes from the C++ entry points (FlashMLA csrc/flash_api.cpp as sgl-kernel builds it,
+# DeepGEMM csrc/apis/attention.hpp); dtypes as the kernels write them.
+
+_FLASHMLA_BLOCK_M = 64  # FlashMLA's decode tile over q heads
+_TILE_SCHEDULER_METADATA_SIZE = 8
+
+
+def _mla_decoding_metadata(seqlens_k: torch.Tensor, num_q_tokens_per_head_k: int, h_k: int,
+                           *rest: Any) -> list[torch.Tensor]:
+    # get_mla_decoding_metadata: num_sm_parts = sm_count / h_k / ceil(q tokens per k head / 64).
+    sms = torch.cuda.get_device_properties().multi_processor_count
+    parts = max(1, sms // h_k // -(-num_q_tokens_per_head_k // _FLASHMLA_BLOCK_M))
+    batch = seqlens_k.shape[0]
+    return [
+        torch.empty(parts, _TILE_SCHEDULER_METADATA_SIZE, dtype=torch.int32, device=seqlens_k.device),
+        torch.empty(batch + 1, dtype=torch.int32, device=seqlens_k.device),
+    ]
+
+
+def _mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, head_size_v: int, *rest: Any) -> list[torch.Tensor]:
+    # fwd_kvcache_mla(_fp8): out [b, s_q, h_q, head_size_v] (bf16), softmax_lse [b, h_q, s_q] f32.
+    b, s_q, h_q, _ = q.shape
+    out_dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
+    return [
+        torch.empty(b, s_q, h_q, head_size_v, dtype=out_dtype, device=q.device),
+        torch.empty(b, h_q, s_q, dtype=torch.float32, device=q.device),
+    ]
+
+
+def _sparse_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
+                    d_v: int) -> list[torch.Tensor]:
+    # sparse_prefill_fwd: out [s_q, h_q, d_v] bf16, max_logits and lse [s_q, h_q] f32.
+    s_q, h_q, _ = q.shape
+    return [
+        torch.empty(s_q, h_q, d_v, dtype=torch.bfloat16, device=q.device),
+        torch.empty(s_q, h_q, dtype=torch.float32, device=q.device),
+        torch.empty(s_q, h_q, dtype=torch.float32, device=q.device),
+    ]
+
+
+def _align(x: int, to: int) -> int:
+    return -(-x // to) * to
+
+
+def _mqa_logits(q: torch.Tensor, kv: Any, weights: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor,
+                clean_logits: bool = True, max_seqlen_k: int = 0) -> torch.Tensor:
+    # fp8_mqa_logits: float32 [seq_len, seq_len_kv] (or max_seqlen_k), a view of an
+    # [align(seq_len, 128 / heads), aligned stride] buffer.
+    seq_len, heads, _ = q.shape
+    seq_len_kv = kv[0].shape[0]
+    if max_seqlen_k == 0:
+        stride, cols = _align(seq_len_kv + 256, 64), seq_len_kv
+    else:
+        stride, cols = _align(max_seqlen_k, 256), max_seqlen_k
+    rows = _align(seq_len, max(1, 128 // heads))
+    return torch.empty(rows, stride, dtype=torch.float32, device=q.device)[:seq_len, :cols]
+
+
+def _paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num_sms: int) -> torch.Tensor:
+    return torch.empty(num_sms + 1, 2, dtype=torch.int32, device=context_lens.device)
+
+
+def _paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
+                      block_table: torch.Tensor, schedule_meta: torch.Tensor, max_context_len: int,
+                      clean_logits: bool = False) -> torch.Tensor:
+    # fp8_paged_mqa_logits: float32 [batch * next_n, max_context_len] of an aligned buffer.
+    batch, next_n = q.shape[0], q.shape[1]
+    buffer = torch.empty(batch * next_n, _align(max_context_len, 256), dtype=torch.float32, device=q.device)
+    return buffer[:, :max_context_len]
+
+
 # The ops whose schema returns tensors, with what the C++ op returns (csrc/ of the
-# sgl-kernel release); every `-> ()` op writes into its `Tensor!` arguments only.
-RETURNS: dict[str, Callable[..., Any]] = {
-    "weak_ref_tensor": lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device),
-    "moe_fused_gate": _moe_fused_gate,
-    "kimi_k2_moe_fused_gate": _kimi_gate,
-    "fp8_scaled_mm": _scaled_mm,
-    "int8_scaled_mm": _scaled_mm,
-    "fp8_blockwise_scaled_mm": _scaled_mm,
+# release), per namespace; every `-> ()` op writes into its `Tensor!` arguments only.
+RETURNS: dict[str, dict[str, Callable[..., Any]]] = {
+    "sgl_kernel": {
+        "weak_ref_tensor": lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device),
+        "moe_fused_gate": _moe_fused_gate,
+        "kimi_k2_moe_fused_gate": _kimi_gate,
+        "fp8_scaled_mm": _scaled_mm,
+        "int8_scaled_mm": _scaled_mm,
+        "fp8_blockwise_scaled_mm": _scaled_mm,
+        "get_mla_decoding_metadata": _mla_decoding_metadata,
+        "fwd_kvcache_mla": _mla_decode,
+        "fwd_kvcache_mla_fp8": _mla_decode,
+        "sparse_prefill_fwd": _sparse_prefill,
+    },
+    "deep_gemm": {
+        "fp8_mqa_logits": _mqa_logits,
+        "get_paged_mqa_logits_metadata": _paged_mqa_logits_metadata,
+        "fp8_paged_mqa_logits": _paged_mqa_logits,
+    },
+}
+# Ops without tensor arguments (no device to dispatch on): the device's answer.
+NO_TENSOR_OPS: dict[str, dict[str, Callable[..., Any]]] = {
+    "deep_gemm": {
+        "init": lambda library_root, cuda_home: None,
+        "get_num_sms": lambda: torch.cuda.get_device_properties().multi_processor_count,
+        "set_num_sms": lambda n: None,
+        "get_compile_mode": lambda: 0,
+        "set_compile_mode": lambda mode: None,
+    },
 }
 
 
-def _meta_kernel(name: str, returns_nothing: bool) -> Callable[..., Any]:
+# Every eager call of a stood-in compiled op ("namespace::name"), in order: a split op's
+# body, the decode runner's and the warm-up's forwards; not the shape propagation of a
+# trace (Dynamo, AOTAutograd), which runs the same Meta kernel inside a TracingContext.
+KERNEL_CALLS: list[str] = []
+# The same calls with the rows (first dimension) of their first tensor argument.
+KERNEL_SHAPES: list[tuple[str, int]] = []
+
+
+def _meta_kernel(namespace: str, name: str, returns_nothing: bool) -> Callable[..., Any]:
+    qualified = f"{namespace}::{name}"
+
+    def recorded(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def kernel(*args: Any, **kwargs: Any) -> Any:
+            if torch._guards.TracingContext.try_get() is None:
+                KERNEL_CALLS.append(qualified)
+                first = next((a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0), None)
+                if first is not None and isinstance(first.shape[0], int):
+                    KERNEL_SHAPES.append((qualified, first.shape[0]))
+            return fn(*args, **kwargs)
+
+        return kernel
+
     if returns_nothing:
-        return lambda *args, **kwargs: None
-    if name in RETURNS:
-        return RETURNS[name]
+        return recorded(lambda *args, **kwargs: None)
+    if name in RETURNS.get(namespace, {}):
+        return recorded(RETURNS[namespace][name])
 
     def missing(*args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(
-            f"sgl_kernel::{name} returns tensors and tests/models/stand_ins.py RETURNS has no "
+            f"{namespace}::{name} returns tensors and tests/models/stand_ins.py RETURNS has no "
             "shape function for it: add one from the op's C++ source"
         )
 
     return missing
 
 
+def _define(namespace: str, schemas: list[str], meta: dict[str, torch.library.Library]) -> torch.library.Library:
+    """Every schema defined in torch.library, with a Meta kernel (or, for an op without
+    tensor arguments, a CompositeExplicitAutograd one) registered in its own library."""
+    definitions = torch.library.Library(namespace, "FRAGMENT")
+    for schema in schemas:
+        parsed = torch._C.parse_schema(schema)
+        definitions.define(schema)
+        lib = torch.library.Library(namespace, "FRAGMENT")
+        if parsed.name in NO_TENSOR_OPS.get(namespace, {}):
+            lib.impl(parsed.name, NO_TENSOR_OPS[namespace][parsed.name], "CompositeExplicitAutograd")
+        else:
+            lib.impl(parsed.name, _meta_kernel(namespace, parsed.name, not parsed.returns), "Meta")
+        meta[f"{namespace}::{parsed.name}"] = lib
+    return definitions
+
+
 def install_sgl_kernel_ops(record: dict[str, Any]) -> types.ModuleType:
     """``common_ops``: every schema of the record defined in torch.library, with a Meta kernel.
 
     sgl_kernel's ``load_utils`` finds no ``common_ops.*`` library beside its Python
-    and falls back to ``import common_ops``: this module.  A fake sglang registers
-    itself (``torch.library.register_fake``, e.g. ``register_fake_if_exists``)
-    replaces the op's Meta kernel (torch 2.9 refuses a fake beside a Meta kernel).
+    and falls back to ``import common_ops``: this module.  The record's other
+    libraries (FlashMLA's ``sgl_kernel.flashmla_ops``, DeepGEMM's
+    ``deep_gemm.deep_gemm_cpp``: the ops NSA attention calls) become modules of those
+    names defining their schemas the same way, so the wheel's own Python packages
+    import over them.  A fake sglang registers itself (``torch.library.register_fake``,
+    e.g. ``register_fake_if_exists``) replaces the op's Meta kernel (torch 2.9 refuses
+    a fake beside a Meta kernel).
     """
     namespace = record["namespace"]
-    definitions = torch.library.Library(namespace, "FRAGMENT")
     meta: dict[str, torch.library.Library] = {}
-    for schema in record["schemas"]:
-        parsed = torch._C.parse_schema(schema)
-        definitions.define(schema)
-        lib = torch.library.Library(namespace, "FRAGMENT")
-        lib.impl(parsed.name, _meta_kernel(parsed.name, not parsed.returns), "Meta")
-        meta[parsed.name] = lib
+    definitions = [_define(namespace, record["schemas"], meta)]
+    for extra in record.get("extra_libraries", []):
+        definitions.append(_define(extra["namespace"], extra["schemas"], meta))
+        library = types.ModuleType(extra["module"])
+        library.__file__ = f"<stand-in for {extra['library']} of {record['project']} {record['version']}>"
+        sys.modules[extra["module"]] = library
 
     register_fake = torch.library.register_fake
 
     def register_fake_(op: Any, *args: Any, **kwargs: Any) -> Any:
         name = op if isinstance(op, str) else getattr(op, "__qualname__", "")
-        if isinstance(name, str) and name.startswith(f"{namespace}::"):
-            lib = meta.pop(name.split("::", 1)[1].split(".")[0], None)
+        if isinstance(name, str) and "::" in name:
+            lib = meta.pop(name.split(".")[0], None)
             if lib is not None:
                 lib._destroy()
         return register_fake(op, *args, **kwargs)
@@ -107,9 +240,27 @@ def install_sgl_kernel_ops(record: dict[str, Any]) -> types.ModuleType:
     module = types.ModuleType("common_ops")
     module.__file__ = f"<stand-in for {record['library']} of {record['project']} {record['version']}>"
     module._libraries = (definitions, meta)  # keep the registrations alive
-    module.defined = sorted(meta)
+    module.defined = sorted(name.split("::", 1)[1] for name in meta if name.startswith(f"{namespace}::"))
     sys.modules["common_ops"] = module
     return module
+
+
+def import_deep_gemm(toolkit_dir: str) -> None:
+    """Import the wheel's ``deep_gemm`` Python over its stand-in library (see
+    :func:`install_sgl_kernel_ops`).  Its import looks for a CUDA toolkit to hand to the
+    JIT compiler (``CUDA_HOME`` or ``nvcc`` on PATH, else asserts): the stand-in ``init``
+    receives ``toolkit_dir`` where neither exists; nothing is compiled."""
+    import os
+
+    if "deep_gemm.deep_gemm_cpp" not in sys.modules:
+        return
+    saved = os.environ.get("CUDA_HOME")
+    os.environ.setdefault("CUDA_HOME", toolkit_dir)
+    try:
+        import deep_gemm  # noqa: F401
+    finally:
+        if saved is None:
+            os.environ.pop("CUDA_HOME", None)
 
 
 # --- JIT-compiled kernels (FlashInfer, sglang.jit_kernel) -----------------------------
@@ -147,6 +298,48 @@ def install_tvm_ffi_compiler() -> None:
     cpp.load = load
 
 
+TRITON_LAUNCHES: list[str] = []
+
+
+def install_triton_launcher() -> None:
+    """A Triton kernel launched eagerly on fake CUDA tensors (``kernel[grid](...)``, e.g.
+    the NSA indexer's ``act_quant`` outside a traced piece) is recorded and not run: there
+    is no device to compile for, and the kernel writes only into tensors its Python
+    allocated.  Traced launches never get here: Dynamo turns them into Triton HOPs, whose
+    fake rule is torch's own.  Launches on real tensors run as before."""
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return
+    real = JITFunction.run
+
+    def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        if any(_is_fake_cuda(a) for a in (*args, *kwargs.values())):
+            TRITON_LAUNCHES.append(getattr(self, "__name__", str(self)))
+            return None
+        return real(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    JITFunction.run = run  # type: ignore[method-assign]
+
+
+INDUCTOR_GRAPHS: list[int] = []
+
+
+def install_inductor_codegen() -> None:
+    """``torch.compile(backend="inductor")`` regions sglang runs eagerly (e.g.
+    ``biased_grouped_topk_impl``, the grouped top-k of 256-expert, one-group routing):
+    Dynamo traces them as it would, and the captured graph runs as traced, instead of
+    Inductor generating and compiling Triton for a device that is not there.  (The
+    piecewise runner's own compiler is "eager": untouched.)"""
+    from torch._inductor import compile_fx as inductor
+
+    def compile_fx(model: Any, example_inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        INDUCTOR_GRAPHS.append(len(model.graph.nodes))
+        return model.forward
+
+    inductor.compile_fx = compile_fx  # type: ignore[assignment]
+
+
 def install_flashinfer_jit(tmp: str) -> list[str]:
     """FlashInfer's JIT build and load (nvcc, ninja, dlopen) and its cubin downloads:
     the stand-ins of tests/flashinfer (``moe_child.stub_kernels``: no-op kernels, the
@@ -156,6 +349,55 @@ def install_flashinfer_jit(tmp: str) -> list[str]:
     import moe_child
 
     return moe_child.stub_kernels(tmp)
+
+
+# --- sglang's split ops ----------------------------------------------------------------
+
+CUDA_BODIES: dict[str, Callable[..., Any]] = {}
+SPLIT_OP_CALLS: list[str] = []
+
+
+def record_cuda_bodies() -> None:
+    """Remember the CUDA implementation sglang registers for each of its custom ops
+    (``Library.impl(name, fn, "CUDA")``; call before sglang is imported)."""
+    impl = torch.library.Library.impl
+
+    def impl_(self: Any, op_name: Any, fn: Any, dispatch_key: str = "", *args: Any, **kwargs: Any) -> Any:
+        if self.ns == "sglang" and dispatch_key == "CUDA" and isinstance(op_name, str):
+            CUDA_BODIES[op_name] = fn
+        return impl(self, op_name, fn, dispatch_key, *args, **kwargs)
+
+    torch.library.Library.impl = impl_  # type: ignore[method-assign]
+
+
+def run_split_op_bodies(split_ops: list[str]) -> list[str]:
+    """A split op called eagerly on fake CUDA tensors runs its CUDA implementation (the
+    Python body sglang registered), as the piecewise backend runs it between captured
+    pieces on a GPU; inside a trace (Dynamo, AOTAutograd) its fake runs as before.
+    Without this, FakeTensorMode would answer every call with the op's fake and the
+    body (the attention backend call, the NSA indexer's k-cache store and top-k) would
+    never run.  Returns the ops so wired."""
+    from torch._library import simple_registry
+
+    wired = []
+    for qualified in split_ops:
+        name = qualified.split(".", 1)[1]
+        body = CUDA_BODIES.get(name)
+        kernel = simple_registry.singleton.find(f"sglang::{name}").fake_impl.kernel
+        if body is None or kernel is None or getattr(kernel.func, "_runs_body", False):
+            continue
+        fake = kernel.func
+
+        def fake_or_body(*args: Any, _fake: Any = fake, _body: Any = body, _name: str = name, **kwargs: Any) -> Any:
+            if torch._guards.TracingContext.try_get() is not None:
+                return _fake(*args, **kwargs)
+            SPLIT_OP_CALLS.append(_name)
+            return _body(*args, **kwargs)
+
+        fake_or_body._runs_body = True  # type: ignore[attr-defined]
+        kernel.func = fake_or_body
+        wired.append(name)
+    return wired
 
 
 # --- the CUDA runtime -------------------------------------------------------------------
@@ -275,7 +517,11 @@ def _fake_cuda_tensor_factory() -> Callable[..., torch.Tensor]:
 
 
 def _is_fake_cuda(t: Any) -> bool:
-    return isinstance(t, torch._subclasses.fake_tensor.FakeTensor) and t.device.type == "cuda"
+    """A fake CUDA tensor, or (on a CPU build of torch, where no other CUDA tensor can
+    exist) a wrapper of one, e.g. AOTAutograd's FunctionalTensor."""
+    if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
+        return False
+    return isinstance(t, torch._subclasses.fake_tensor.FakeTensor) or not torch.backends.cuda.is_built()
 
 
 def _index_ops(self: torch.Tensor, idx: Any) -> tuple[torch.Tensor, list[Any] | None]:
@@ -317,10 +563,17 @@ def _index_ops(self: torch.Tensor, idx: Any) -> tuple[torch.Tensor, list[Any] | 
 
 
 def install_fake_cuda_indexing() -> None:
-    """Python indexing and ``Tensor.copy_`` of a fake CUDA tensor go through C++ CUDA
-    device guards a CPU build of torch refuses; the same aten ops go through
+    """Python indexing, ``Tensor.copy_`` and ``~`` of a fake CUDA tensor go through C++
+    CUDA device guards a CPU build of torch refuses; the same aten ops go through
     FakeTensorMode."""
     getitem, setitem, copy = torch.Tensor.__getitem__, torch.Tensor.__setitem__, torch.Tensor.copy_
+    invert = torch.Tensor.__invert__
+
+    def invert_(self: torch.Tensor) -> torch.Tensor:
+        # THPVariable_invert: a device guard, then bitwise_not.
+        if _is_fake_cuda(self):
+            return torch.ops.aten.bitwise_not.default(self)
+        return invert(self)
 
     def copy_(self: torch.Tensor, src: Any, non_blocking: bool = False) -> torch.Tensor:
         # Tensor.copy_'s Python binding takes a CUDA device guard first.
@@ -349,6 +602,7 @@ def install_fake_cuda_indexing() -> None:
     torch.Tensor.__getitem__ = getitem_  # type: ignore[method-assign]
     torch.Tensor.__setitem__ = setitem_  # type: ignore[method-assign]
     torch.Tensor.copy_ = copy_  # type: ignore[method-assign]
+    torch.Tensor.__invert__ = invert_  # type: ignore[method-assign]
 
 
 def install_cuda_runtime(total_memory: int) -> None:

@@ -194,7 +194,7 @@ class Linear(__import__("torch").nn.Module):
         return self.proj.quant_method.apply(self.proj, x)
 
 
-def trace(module: Any, *args: Any) -> dict[str, Any]:
+def trace(module: Any, *args: Any, dynamic_arg_dims: dict[str, int] | None = None) -> dict[str, Any]:
     """Run ``module`` through sglang's piecewise compile entry; report the graphs.
 
     Returns a JSON-able dict: ``ok``, ``error`` (type and first line),
@@ -232,7 +232,8 @@ def trace(module: Any, *args: Any) -> dict[str, Any]:
     torch._dynamo.reset()
     sglang_compile.install_torch_compiled(
         module,
-        dynamic_arg_dims={"x": 0},
+        dynamic_arg_dims=dynamic_arg_dims or {"x": 0},
+
         fullgraph=True,
         backend_factory=backend,
         compile_config=config,

@@ -226,6 +226,15 @@ with sgsim.fake_mode():
 """
 
 
+def test_nsa_indexer_does_not_trace_on_0_5_9(wheel_tree: Any) -> None:
+    """Pristine 0.5.9: the NSA indexer breaks fullgraph in extend mode (the series' NSA
+    backport is tested in tests/models/test_nsa.py)."""
+    result = run_sim(NSA_INDEXER, *trees_for(wheel_tree, "0.5.9", patched=False))
+    assert not result["ok"], result
+    # seq_lens_cpu.max().item() <= index_topk: a guard on a host value.
+    assert "data-dependent" in result["error"] or "item" in result["error"], result
+
+
 @pytest.mark.parametrize("version", versions_with_topic("sglang", "nsa-piecewise-off"))
 def test_nsa_indexer_does_not_trace(wheel_tree: Any, version: str) -> None:
     """Evidence for the nsa-piecewise-off patch: the pristine NSA indexer of the releases

@@ -50,11 +50,13 @@ def run_child_main(
     *,
     tree: pathlib.Path,
     loglevel: str = "0",
+    directory: pathlib.Path = FLASHINFER_TESTS,
 ) -> dict[str, Any]:
-    """``<module>.main(json)`` (a child module of tests/flashinfer) with ``tree`` first
-    on the path; its one ``RESULT:`` JSON line, which must hold no ``crash``."""
+    """``<module>.main(json)`` (a child module in ``directory``, default tests/flashinfer)
+    with ``tree`` first on the path; its last ``RESULT:`` JSON line, which must hold no
+    ``crash``."""
     code = (
-        f"import sys; sys.path.insert(0, {str(FLASHINFER_TESTS)!r})\n"
+        f"import sys; sys.path.insert(0, {str(directory)!r})\n"
         f"import {module}\n"
         f"{module}.main({json.dumps(request)!r})\n"
     )

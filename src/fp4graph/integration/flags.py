@@ -3,14 +3,16 @@
 Piecewise CUDA graphs (sglang's ``PiecewiseCudaGraphRunner``), per release:
 
 - 0.5.9: opt-in, ``--enable-piecewise-cuda-graph`` (server_args.py ``enable_piecewise_cuda_graph``;
-  ModelRunner.init_piecewise_cuda_graphs returns unless it is set).  For NSA models the
-  series first turned piecewise off (0003); with helper ``nsa``'s backport of sglang PR
-  #23351 the same flag really enables it.
+  ModelRunner.init_piecewise_cuda_graphs returns unless it is set).  NSA models (GLM-5,
+  DeepSeek-V3.2) too: the series' backport of sglang PR #23351 (topic
+  ``nsa-piecewise-cuda-graph``) makes them traceable, and this release has no rule that
+  turns piecewise off for them.
 - 0.5.10, 0.5.11: on by default, ``--disable-piecewise-cuda-graph`` turns it off (the old
   enable flag is a deprecated no-op).  ``ServerArgs._handle_piecewise_cuda_graph`` switches
   it off by itself for some setups, among them NSA models
-  (``ModelConfig.is_piecewise_cuda_graph_disabled_model``: ``is_deepseek_nsa``);
-  ``--enforce-piecewise-cuda-graph`` skips every such rule.  NSA cells therefore pass it.
+  (``ModelConfig.is_piecewise_cuda_graph_disabled_model``: ``is_deepseek_nsa``), which the
+  series keeps; ``--enforce-piecewise-cuda-graph`` skips every such rule, and with the
+  backport NSA models then trace.  NSA cells therefore pass it.
 
 The server log says whether the piecewise graphs were really captured
 (:data:`PIECEWISE_CAPTURED_MARKER`); tests/integration checks every flag chosen here

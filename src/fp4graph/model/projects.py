@@ -226,6 +226,12 @@ SGLANG = Project(
         RequiredTopic(name="fp4-quantize-op",
                       why="every SM120 flashinfer fp4_quantize call site goes through one op"),
         RequiredTopic(name="fp4-warmup", why="the fp4 modules are built before piecewise capture"),
+        # Replaces 0.5.9's nsa-piecewise-off (piecewise turned off for NSA models).  From
+        # 0.5.9: older series may still turn piecewise off for NSA models instead.
+        RequiredTopic(name="nsa-piecewise-cuda-graph",
+                      why="NSA (DSA) models such as GLM-5 trace under piecewise CUDA graph "
+                          "(backport of sglang PR #23351)",
+                      versions=SpecifierSet(">=0.5.9,<0.5.13")),
     ),
     linked_issues=(),
     pr_template=(
@@ -284,6 +290,28 @@ SGLANG = Project(
                     members=("python/sglang/srt/layers/quantization/modelopt_quant.py",),
                     pattern=re.compile(r"from flashinfer import[^\n]*\bfp4_quantize\b"),
                     absent=True,
+                ),
+            ),
+        ),
+        UpstreamFix(
+            what=(
+                "sglang runs the NSA (0.5.13+: DSA) indexer's k-cache store and top-k in the "
+                "split op k_cache_and_topk_result and passes topk_indices through the attention "
+                "split op (PR #23351)"
+            ),
+            topics=("nsa-piecewise-cuda-graph",),
+            evidence=(
+                Evidence(
+                    says="the indexer registers k_cache_and_topk_result as a split op",
+                    members=("python/sglang/srt/layers/attention/dsa/dsa_indexer.py",
+                             "python/sglang/srt/layers/attention/nsa/nsa_indexer.py"),
+                    pattern=re.compile(r"@register_split_op\(\)\s*def k_cache_and_topk_result\("),
+                ),
+                Evidence(
+                    says="unified_attention_with_output takes topk_indices",
+                    members=("python/sglang/srt/layers/radix_attention.py",),
+                    within="unified_attention_with_output",
+                    pattern=re.compile(r"topk_indices"),
                 ),
             ),
         ),
