@@ -88,7 +88,8 @@ def tests(session: nox.Session) -> None:
     """The CPU suite: engine, SM120 simulation of the series, ci/ definitions."""
     _install_test_env(session)
     session.run("git", "rev-parse", "HEAD", external=True, success_codes=[0, 128])
-    session.run("pytest", *PARALLEL, "-m", "not gpu and not sm120", *(session.posargs or ["tests"]))
+    session.run("pytest", *PARALLEL, "--durations=30", "-m", "not gpu and not sm120",
+                *(session.posargs or ["tests"]))
 
 
 @nox.session(default=False)

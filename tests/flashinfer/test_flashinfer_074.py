@@ -23,7 +23,7 @@ import sys
 
 import pytest
 
-from support.child import run_python, tail
+from harness.child import run_python, tail
 
 PROJECT = "flashinfer-python"
 VERSION = "0.7.4"

@@ -50,7 +50,7 @@ from typing import Any
 import pytest
 
 from conftest import series_versions
-from support.child import opcheck_failures, run_child_main
+from harness.child import opcheck_failures, run_child_main
 
 PROJECT = "flashinfer-python"
 VERSIONS = series_versions(PROJECT)

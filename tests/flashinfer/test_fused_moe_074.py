@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from support.child import opcheck_failures, run_child_main
-from support.targets import versions_with_topic
+from harness.child import opcheck_failures, run_child_main
+from harness.targets import versions_with_topic
 
 PROJECT = "flashinfer-python"
 # Versions whose series carries the fused-MoE topics, in the 0.7.x API moe074_child speaks.

@@ -14,7 +14,7 @@ import pytest
 
 from fp4graph.model import config
 from fp4graph.model.config import Settings
-from support.checkout import fixture_requirements, make_checkout
+from harness.checkout import fixture_requirements, make_checkout
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 FI = "flashinfer-python"

@@ -1,6 +1,6 @@
 """README "Adding a new upstream version", end to end, through ``python -m fp4graph``.
 
-On fixture artifacts served by a local PEP 691 index (support/releases.py): sglang 9.0.0
+On fixture artifacts served by a local PEP 691 index (tests/harness/releases.py): sglang 9.0.0
 has a two-patch series; sglang 9.1.0 changed the function the second patch touches.
 pin 9.1.0 -> rebase 9.0.0 9.1.0 (the second patch conflicts and is written unresolved) ->
 lint and wheels refuse, naming it -> resolve in the work repository, git rebase --continue
@@ -21,9 +21,9 @@ import pytest
 from fp4graph import cli
 from fp4graph.forward.sources import git, git_env
 from fp4graph.model.config import Settings
-from support.checkout import fixture_requirements
-from support.releases import Index, make_release
-from support.targets import sglang_targets
+from harness.checkout import fixture_requirements
+from harness.releases import Index, make_release
+from harness.targets import sglang_targets
 
 from .conftest import FIXTURES
 

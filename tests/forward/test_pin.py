@@ -1,7 +1,7 @@
 """forward.pin: a release from a (fixture, local) PEP 691 index into patches/stacks.toml.
 
 The fixture releases are tiny sglang / flashinfer-python 9.x wheels and sdists
-(support/releases.py) served on 127.0.0.1; the stacks.toml edited is the repository's own,
+(tests/harness/releases.py) served on 127.0.0.1; the stacks.toml edited is the repository's own,
 whose comments and order must survive.
 """
 
@@ -20,7 +20,7 @@ from fp4graph import cli
 from fp4graph.forward import pin
 from fp4graph.model import stacks
 from fp4graph.model.config import Settings
-from support.releases import Index, Release, make_release, sha256
+from harness.releases import Index, Release, make_release, sha256
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CPS = [f"cp3{n}-cp3{n}-manylinux_2_34_x86_64" for n in (10, 11, 12)]

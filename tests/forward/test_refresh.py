@@ -19,8 +19,8 @@ from fp4graph.forward.sources import SourceRepoError, git, git_env
 from fp4graph.model.config import Settings
 from fp4graph.model.errors import ConfigError
 from fp4graph.model.series import load_series
-from support.checkout import fixture_requirements
-from support.releases import Index, make_release
+from harness.checkout import fixture_requirements
+from harness.releases import Index, make_release
 
 from .test_new_version import P1, P2, QUANT, QUANT_900, SERIES, _sglang
 

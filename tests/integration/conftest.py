@@ -21,7 +21,7 @@ from sglang_cpu import SGSIM_DIR
 
 from fp4graph.integration import checkpoint
 from fp4graph.integration.families import FAMILIES, Size
-from support.child import run_python, tail
+from harness.child import run_python, tail
 
 HERE = pathlib.Path(__file__).resolve().parent
 

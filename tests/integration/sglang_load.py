@@ -1,7 +1,7 @@
 """Child side of the CPU checks: sglang's own argument parsing and weight loading of a cell.
 
 Imported inside a child interpreter that has a stack's sglang and flashinfer trees first on
-``sys.path`` and ``tests/sglang`` (sgsim) after it.  :func:`main` takes a JSON request
+``sys.path`` and ``tests/harness`` (sgsim) after it.  :func:`main` takes a JSON request
 ``{"cells": [{"id": ..., "argv": [...], "load": bool}, ...]}``: for every cell, the
 launch_server arguments the integration run would pass; it prints one ``RESULT:`` JSON line.
 
@@ -23,7 +23,7 @@ What runs is sglang's code of that release, never a copy:
 Stand-ins, for what cannot exist on a CPU (each one a device query or a device resource):
 
 - ``sgsim.prepare()``: the simulated SM120 (torch.cuda device queries), inert torchvision /
-  sgl_kernel / flashinfer.comm modules for the import chain (see tests/sglang/sgsim.py);
+  sgl_kernel / flashinfer.comm modules for the import chain (see tests/harness/sgsim.py);
 - ``torch.cuda.mem_get_info`` and ``utils.common.get_nvgpu_memory_capacity`` (nvidia-smi):
   the memory of the simulated 96 GiB card (ServerArgs sizes its defaults from it);
 - ``torch.cuda.Stream``: :class:`HostStream` (the alternate streams models create for

@@ -5,7 +5,7 @@ import tomllib
 
 from fp4graph.model import stacks
 from fp4graph.model.errors import ConfigError
-from support.checkout import REPO
+from harness.checkout import REPO
 
 WHEEL = "flashinfer_python-0.6.3-py3-none-any.whl"
 SHA = "0fe2de934a4b3690c543dafb03f38d7bb4a762431abe8ae4f7292d6fef10c65d"

@@ -104,7 +104,7 @@ from typing import Any
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[1] / "tests" / "sglang"))
+sys.path.insert(0, str(HERE.parents[1] / "tests" / "harness"))
 
 import stand_ins  # noqa: E402
 

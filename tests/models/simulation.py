@@ -29,7 +29,7 @@ import families  # noqa: E402
 import sgl_kernel_ops  # noqa: E402
 from fp4graph.model import config  # noqa: E402
 from fp4graph.model.stacks import load  # noqa: E402
-from support.child import run_python, tail  # noqa: E402
+from harness.child import run_python, tail  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

@@ -342,10 +342,10 @@ def install_inductor_codegen() -> None:
 
 def install_flashinfer_jit(tmp: str) -> list[str]:
     """FlashInfer's JIT build and load (nvcc, ninja, dlopen) and its cubin downloads:
-    the stand-ins of tests/flashinfer (``moe_child.stub_kernels``: no-op kernels, the
+    the stand-ins of tests/harness (``moe_child.stub_kernels``: no-op kernels, the
     cutlass fused-MoE runner object, TVM FFI tensors passed through)."""
-    flashinfer_tests = __import__("pathlib").Path(__file__).resolve().parents[1] / "flashinfer"
-    sys.path.insert(0, str(flashinfer_tests))
+    harness = __import__("pathlib").Path(__file__).resolve().parents[1] / "harness"
+    sys.path.insert(0, str(harness))
     import moe_child
 
     return moe_child.stub_kernels(tmp)

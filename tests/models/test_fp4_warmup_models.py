@@ -37,7 +37,7 @@ import pytest
 
 import families
 import simulation
-from support.child import run_python, tail
+from harness.child import run_python, tail
 
 HERE = pathlib.Path(__file__).resolve().parent
 FULL = os.environ.get("FP4GRAPH_MODELS") == "full"
@@ -104,7 +104,7 @@ def reports(wheel_tree: Any, target: simulation.SglangStack, *, patched: bool) -
     ]
     path, record = simulation.trees(wheel_tree, target, patched=patched)
     code = (
-        f"import sys, json\nsys.path[:0] = [{str(HERE)!r}, {str(HERE.parent / 'flashinfer')!r}]\n"
+        f"import sys, json\nsys.path[:0] = [{str(HERE)!r}, {str(HERE.parent / 'harness')!r}]\n"
         "import warmup_hooks\nwarmup_hooks.install_real_op_bodies()\n"
         f"import modelsim, stand_ins\nmodelsim.prepare({str(record)!r})\n"
         f"warmup_hooks.observe_model_warmup(modelsim, real_bodies={not patched!r})\n"

@@ -35,12 +35,12 @@ import pytest
 import torch
 
 from fp4graph.model.series import load_series
-from support.child import run_python, tail
-from support.targets import sglang_targets, versions_with_topic
+from harness.child import run_python, tail
+from harness.targets import sglang_targets, versions_with_topic
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-SGSIM = REPO / "tests" / "sglang"
+SGSIM = REPO / "tests" / "harness"
 TOPIC = "nsa-piecewise-cuda-graph"  # the backport of sglang PR #23351
 
 # sglang version -> the flashinfer-python of its stack, for every series with the backport.

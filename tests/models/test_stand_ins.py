@@ -10,7 +10,7 @@ import pytest
 
 import sgl_kernel_ops
 import simulation
-from support.child import run_python, tail
+from harness.child import run_python, tail
 
 HERE = pathlib.Path(__file__).resolve().parent
 

@@ -1,6 +1,6 @@
 """SGLang's NVFP4 layers under piecewise CUDA graph, simulated on SM120 (CPU only).
 
-Each case runs in a fresh interpreter (tests/support/child.py) with the
+Each case runs in a fresh interpreter (tests/harness/child.py) with the
 sglang and flashinfer wheel trees first on the path and the device reported
 as an SM120 GPU before sglang is imported.  The forward is traced through
 sglang's own piecewise entry (install_torch_compiled, fullgraph=True, dynamic
@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from support.child import run_python, tail
-from support.targets import sglang_targets, versions_with_topic
+from harness.child import run_python, tail
+from harness.targets import sglang_targets, versions_with_topic
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+HARNESS = REPO / "tests" / "harness"  # sgsim
 
 # sglang version -> the flashinfer-python of its stack, for every stack in stacks.toml
 # whose sglang has a series.
@@ -38,7 +39,7 @@ def has_series(project: str, version: str) -> bool:
 
 def run_sim(body: str, *trees: pathlib.Path) -> dict[str, Any]:
     code = "import sgsim\nsgsim.prepare()\nimport torch\n" + textwrap.dedent(body)
-    result = run_python(code, path=[*trees, HERE])
+    result = run_python(code, path=[*trees, HARNESS])
     lines = [line for line in result.stdout.splitlines() if line.startswith("SGSIM ")]
     assert lines, tail(result)
     return json.loads(lines[-1][len("SGSIM ") :])

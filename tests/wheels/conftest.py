@@ -11,15 +11,15 @@ from collections.abc import Iterator
 import pytest
 
 from fp4graph.model import config
-from support import checkout as support_checkout
-from support.checkout import FIXTURE_STACKS, REPO, STACK, fixture_requirements
+from harness import checkout as harness_checkout
+from harness.checkout import FIXTURE_STACKS, REPO, STACK, fixture_requirements
 
 __all__ = ["REPO", "STACK", "make_checkout", "snapshot"]
 
 
 def make_checkout(root: pathlib.Path, cache: pathlib.Path) -> config.Settings:
     """A throw-away checkout with the fixture series and the fixture catalog."""
-    return support_checkout.make_checkout(root, cache, stacks_toml=FIXTURE_STACKS)
+    return harness_checkout.make_checkout(root, cache, stacks_toml=FIXTURE_STACKS)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -6,7 +6,7 @@ import pytest
 
 from fp4graph.model.config import Settings
 from fp4graph.wheels import lint
-from support.checkout import real_requirements
+from harness.checkout import real_requirements
 
 from .conftest import REPO
 

@@ -7,7 +7,7 @@ import pytest
 from fp4graph.model.config import Settings
 from fp4graph.model.errors import PatchError
 from fp4graph.wheels import build, trees
-from support.checkout import real_requirements
+from harness.checkout import real_requirements
 
 from .conftest import STACK, snapshot
 

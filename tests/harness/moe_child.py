@@ -22,7 +22,7 @@ from typing import Any
 
 import fi_child
 import torch
-from fi_child import _compiling_flag, cuda
+from fi_child import compiling_flag, cuda
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -574,7 +574,7 @@ def returned_inputs(got: Any, args: tuple) -> list[int]:
 
 
 def _direct_op(call: Callable[..., Any], args: tuple) -> Any:
-    with _compiling_flag():
+    with compiling_flag():
         return call(*args)
 
 
@@ -809,7 +809,7 @@ def forward_all(version: str, only: list[str] | None) -> dict[str, Any]:
                 pass
             user = seen.pop()
             try:
-                with _compiling_flag(), Capture():
+                with compiling_flag(), Capture():
                     originals[entry](**user)
             except _Stop:
                 pass

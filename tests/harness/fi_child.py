@@ -350,9 +350,9 @@ def export_all(version: str, only: list[str] | None) -> dict[str, Any]:
 
 
 def _direct_op(entry: str, call: Callable[..., Any], args: tuple) -> Any:
-    """Call the public function as non-strict torch.export does (_compiling_flag): it
+    """Call the public function as non-strict torch.export does (compiling_flag): it
     forwards to its traced twin, whose op's fake runs under the active FakeTensorMode."""
-    with _compiling_flag():
+    with compiling_flag():
         return call(*args)
 
 
@@ -598,7 +598,7 @@ def first_flashinfer_op(call: Callable[..., Any], args: tuple) -> tuple[Any, tup
 
     cap = Capture()
     try:
-        with _compiling_flag(), cap:
+        with compiling_flag(), cap:
             call(*args)
     except _Captured:
         pass
@@ -667,7 +667,7 @@ def _allclose_float8() -> None:
     torch.allclose = allclose_  # type: ignore[assignment]
 
 
-class _compiling_flag:
+class compiling_flag:
     """The state non-strict torch.export traces in (torch._export.utils.
     _compiling_state_context): torch.compiler.is_compiling() and is_exporting() are
     True while the Python runs as written.  The series' public functions then forward
@@ -811,7 +811,7 @@ def jit_error_check() -> dict[str, Any]:
             "message": _jit_message(msg),
             "module": _quoted_module(msg),
         }
-    with _compiling_flag():
+    with compiling_flag():
         try:
             get_fp4_quantization_module.__wrapped__(arch)
             out["flag"] = "no error"

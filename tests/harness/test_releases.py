@@ -11,7 +11,7 @@ import urllib.request
 from packaging.utils import parse_wheel_filename
 from wheel.wheelfile import WheelFile
 
-from support.releases import Index, make_release, sha256
+from harness.releases import Index, make_release, sha256
 
 
 def test_release_files_follow_the_projects_layout(tmp_path: pathlib.Path) -> None:

@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from support import child
+from harness import child
 
 
 def test_trees_come_first_then_fp4graph(tmp_path: pathlib.Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
-from support import targets
+from harness import targets
 
 CATALOG = '''
 [[artifact]]

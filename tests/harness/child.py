@@ -11,7 +11,7 @@ from collections.abc import Container, Sequence
 from typing import Any
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
-FLASHINFER_TESTS = SRC.parent / "tests" / "flashinfer"
+HARNESS = pathlib.Path(__file__).resolve().parent  # the child modules (fi_child, ...)
 
 
 def run_python(
@@ -50,9 +50,9 @@ def run_child_main(
     *,
     tree: pathlib.Path,
     loglevel: str = "0",
-    directory: pathlib.Path = FLASHINFER_TESTS,
+    directory: pathlib.Path = HARNESS,
 ) -> dict[str, Any]:
-    """``<module>.main(json)`` (a child module in ``directory``, default tests/flashinfer)
+    """``<module>.main(json)`` (a child module in ``directory``, default tests/harness)
     with ``tree`` first on the path; its last ``RESULT:`` JSON line, which must hold no
     ``crash``."""
     code = (

@@ -1,0 +1,16 @@
+"""The test harness, tested like pip's tests/lib (tests/harness/test_*.py).
+
+- ``child``: run code in a fresh interpreter with upstream trees first on the path;
+  ``run_child_main`` runs a child module's ``main(json)`` and returns its ``RESULT:`` line.
+- The child modules, imported only inside those interpreters (this directory on their path):
+  ``fi_child`` (FlashInfer's fp4 quantize / GEMM entry points: trace, export, eager, opcheck,
+  warm-up and JIT-error checks), ``moe_child`` and ``moe074_child`` (the fused-MoE entry points,
+  0.6.x and 0.7.x), ``sgsim`` (sglang's NVFP4 layers under its piecewise entry). Each lists the
+  stand-ins it installs in its docstring.
+- ``targets``: what the simulation tests run on, read from patches/stacks.toml and the series.
+- ``checkout``: a throw-away fp4graph checkout with the engine's fixture series;
+  ``releases``: fixture upstream releases and a PEP 691 index serving them.
+
+The whole-model simulation keeps its own harness beside its tests (tests/models: modelsim,
+simulation, stand_ins), built on ``sgsim`` and ``moe_child``.
+"""
