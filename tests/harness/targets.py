@@ -7,6 +7,7 @@ too, so its tests fail naming the patch rather than skip it.
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 from packaging.version import Version
@@ -16,6 +17,12 @@ from fp4graph.model.series import load_series, series_versions
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FLASHINFER = "flashinfer-python"
+
+
+def full_matrix() -> bool:
+    """Whether the whole matrix runs (``nox -s tracing`` sets ``FP4GRAPH_MODELS=full``) or the
+    CI tier: which part of a matrix each tier runs is said where the matrix is defined."""
+    return os.environ.get("FP4GRAPH_MODELS") == "full"
 
 
 def sglang_targets(repo: pathlib.Path = REPO) -> dict[str, str]:

@@ -29,7 +29,6 @@ Model kinds in CI: dense (LlamaForCausalLM), MoE on sglang's default MoE runner
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 from typing import Any
 
@@ -38,9 +37,10 @@ import pytest
 import families
 import simulation
 from harness.child import run_python, tail
+from harness.targets import full_matrix
 
 HERE = pathlib.Path(__file__).resolve().parent
-FULL = os.environ.get("FP4GRAPH_MODELS") == "full"
+FULL = full_matrix()
 
 
 def kinds() -> dict[str, tuple[str, str]]:

@@ -31,13 +31,13 @@ as with the stacks' CUDA torch pins (``nox -s tracing``).
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 import pytest
 
 import families
 import simulation
+from harness.targets import full_matrix
 
 SEED_ERROR = "Attempted to call function marked as skipped"
 FP4_QUANTIZE = "sglang.flashinfer_fp4_quantize"
@@ -61,7 +61,7 @@ NSA_BACKENDS_ON_SM120 = {
 CI_STACK = "sglang-0.5.9"  # the seed user's release, and the one with the most fixes
 EVERY_STACK_FAMILY = "deepseek-v3-no-fusion"  # MLA + flashinfer-routed MoE: the widest path
 NSA_CI_FAMILY = "glm5"  # the seed user's model
-FULL = os.environ.get("FP4GRAPH_MODELS") == "full"
+FULL = full_matrix()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,6 @@ stand-in).  Each case runs in a fresh interpreter.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -36,7 +35,7 @@ import torch
 
 from fp4graph.model.series import load_series
 from harness.child import run_python, tail
-from harness.targets import sglang_targets, versions_with_topic
+from harness.targets import full_matrix, sglang_targets, versions_with_topic
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -45,7 +44,7 @@ TOPIC = "nsa-piecewise-cuda-graph"  # the backport of sglang PR #23351
 
 # sglang version -> the flashinfer-python of its stack, for every series with the backport.
 TARGETS = {v: fi for v, fi in sglang_targets().items() if v in versions_with_topic("sglang", TOPIC)}
-FULL = os.environ.get("FP4GRAPH_MODELS") == "full"  # nox -s tracing
+FULL = full_matrix()  # nox -s tracing
 CI_VERSION = "0.5.9"  # the seed user's release
 ARCHS = ["GlmMoeDsaForCausalLM", "DeepseekV32ForCausalLM"]
 SPLIT_OP = "sglang.k_cache_and_topk_result"
