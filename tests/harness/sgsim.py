@@ -147,11 +147,19 @@ def fp4_linear(in_features: int, out_features: int) -> Any:
         output_size=out_features,
         params_dtype=torch.bfloat16,
     )
+    load_nvfp4(layer, method, out_features, in_features)
+    layer.quant_method = method
+    return layer
+
+
+def load_nvfp4(layer: Any, method: Any, n: int, k: int) -> None:
+    """Give an NVFP4 linear ``layer`` ([n, k]) its checkpoint tensors (fake CUDA) and prepare
+    them with ``method``'s own ``process_weights_after_loading``.  Call under :func:`fake_mode`."""
+    import torch
+
     with torch.no_grad():
-        layer.weight.data = torch.empty(out_features, in_features // 2, dtype=torch.uint8, device="cuda")
-        layer.weight_scale.data = torch.empty(
-            out_features, in_features // 16, dtype=torch.float8_e4m3fn, device="cuda"
-        )
+        layer.weight.data = torch.empty(n, k // 2, dtype=torch.uint8, device="cuda")
+        layer.weight_scale.data = torch.empty(n, k // 16, dtype=torch.float8_e4m3fn, device="cuda")
         layer.weight_scale_2.data = torch.empty(1, dtype=torch.float32, device="cuda")
         layer.input_scale.data = torch.empty(1, dtype=torch.float32, device="cuda")
     # CPU builds of torch refuse Tensor.cuda() / .to("cuda") even on fake
@@ -164,8 +172,6 @@ def fp4_linear(in_features: int, out_features: int) -> Any:
         method.process_weights_after_loading(layer)
     finally:
         torch.Tensor.cuda = cuda  # type: ignore[method-assign]
-    layer.quant_method = method
-    return layer
 
 
 class Block(__import__("torch").nn.Module):

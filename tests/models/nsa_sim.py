@@ -370,26 +370,8 @@ def _indexer(cls: Any, quant: Any) -> Any:
 
 
 def _load_nvfp4(layer: Any) -> None:
-    """Give a ModelOpt NVFP4 linear its checkpoint tensors (fake CUDA) and prepare them
-    with the method's own ``process_weights_after_loading`` (sgsim.fp4_linear's recipe)."""
-    import torch
-
-    n, k = layer.output_size, layer.input_size
-    with torch.no_grad():
-        layer.weight.data = torch.empty(n, k // 2, dtype=torch.uint8, device="cuda")
-        layer.weight_scale.data = torch.empty(
-            n, k // 16, dtype=torch.float8_e4m3fn, device="cuda"
-        )
-        layer.weight_scale_2.data = torch.empty(1, dtype=torch.float32, device="cuda")
-        layer.input_scale.data = torch.empty(1, dtype=torch.float32, device="cuda")
-    cuda = torch.Tensor.cuda
-    torch.Tensor.cuda = lambda self, *args, **kwargs: torch.empty_strided(  # type: ignore[method-assign]
-        self.shape, self.stride(), dtype=self.dtype, device="cuda"
-    )
-    try:
-        layer.quant_method.process_weights_after_loading(layer)
-    finally:
-        torch.Tensor.cuda = cuda  # type: ignore[method-assign]
+    """Give a ModelOpt NVFP4 linear its checkpoint tensors and prepare them (sgsim.load_nvfp4)."""
+    sgsim.load_nvfp4(layer, layer.quant_method, layer.output_size, layer.input_size)
 
 
 def trace_block(num_tokens: int, real_tokens: int, arch: str) -> dict[str, Any]:
