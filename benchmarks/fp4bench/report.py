@@ -84,6 +84,8 @@ def eager_table(result: dict[str, Any]) -> str:
 def eager_verdict(result: dict[str, Any]) -> str:
     """How many cells meet the bar, the range of the medians and upper bounds, the noise."""
     rows = [r for r in result["eager"]["rows"] if "ratios" in r]
+    if not rows:  # a CPU smoke run measures nothing
+        return "- No cell was measured (each row says why).\n"
     stats = [r["ratios"]["patched/pristine"] for r in rows]
     ok = sum(_meets(s) for s in stats)
     meds = [s["median"] for s in stats]
