@@ -186,7 +186,9 @@ def integration(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def upstream(session: nox.Session) -> None:
-    """PR-ready branches, format-patch output and PR bodies from a series (dry run)."""
+    """PR-ready branches, format-patch output and PR bodies from a series (dry run). The tests
+    the patches add must run (sglang's import its whole runtime: run it where that is
+    installed, or pass --no-tests)."""
     if not session.posargs:
         session.error("Usage: nox -s upstream -- <project> [--version V] [--repo PATH]")
     # torch: the tests the patches add run here; pyyaml reads the tree's pre-commit config;
