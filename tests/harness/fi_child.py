@@ -518,7 +518,7 @@ def eager_all(version: str, only: list[str] | None) -> dict[str, Any]:
     """Run each case's public function eagerly (the code path users run), with the
     kernels stubbed, under FakeTensorMode; and the op's fake.  Both metas come back."""
     results: dict[str, Any] = {}
-    patched = hasattr(torch.ops.flashinfer, "fp4_quantize") and _has_op("fp4_quantize")
+    patched = hasattr(torch.ops.flashinfer, "fp4_quantize") and has_op("fp4_quantize")
     for name, entry, build, call in cases(version, CAPABILITY) + extra_eager_cases():
         if only and name not in only:
             continue
@@ -530,7 +530,7 @@ def eager_all(version: str, only: list[str] | None) -> dict[str, Any]:
                 rec["eager"] = meta(call(*args))
             except Exception as e:
                 rec["eager_error"] = f"{type(e).__name__}: {str(e)[:200]}"
-            if patched and _has_op(entry):
+            if patched and has_op(entry):
                 try:
                     rec["fake"] = meta(_direct_op(entry, call, args))
                 except Exception as e:
@@ -570,7 +570,7 @@ def extra_eager_cases() -> list[Case]:
     ]
 
 
-def _has_op(entry: str) -> bool:
+def has_op(entry: str) -> bool:
     try:
         getattr(torch.ops.flashinfer, entry)
         return True

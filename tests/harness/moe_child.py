@@ -22,7 +22,7 @@ from typing import Any
 
 import fi_child
 import torch
-from fi_child import compiling_flag, cuda
+from fi_child import compiling_flag, cuda, has_op
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -700,7 +700,7 @@ def eager_cases(case_list: list[Case]) -> dict[str, Any]:
     """Each case's public function run eagerly (kernels stubbed) under FakeTensorMode,
     and the op's fake (the public function as non-strict torch.export runs it)."""
     results: dict[str, Any] = {}
-    patched = _has_op("cutlass_fused_moe")
+    patched = has_op("cutlass_fused_moe")
     for name, entry, build, call in case_list:
         rec: dict[str, Any] = {"entry": entry}
         results[name] = rec
@@ -727,14 +727,6 @@ def _selected(name: str, only: list[str] | None) -> bool:
     if not only:
         return True
     return any(name == o or (o.endswith("*") and name.startswith(o[:-1])) for o in only)
-
-
-def _has_op(name: str) -> bool:
-    try:
-        getattr(torch.ops.flashinfer, name)
-        return True
-    except (AttributeError, RuntimeError):
-        return False
 
 
 def opcheck_all(version: str, only: list[str] | None) -> dict[str, Any]:
