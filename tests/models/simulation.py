@@ -27,8 +27,10 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import families  # noqa: E402
 import sgl_kernel_ops  # noqa: E402
+from fp4graph.integration.families import by_architecture  # noqa: E402
 from fp4graph.model import config  # noqa: E402
 from fp4graph.model.stacks import load  # noqa: E402
+from harness import pinned_python  # noqa: E402
 from harness.child import run_python, tail  # noqa: E402
 
 
@@ -64,18 +66,25 @@ def stack(name: str) -> SglangStack:
 TreeGetter = Callable[..., pathlib.Path]
 
 
-def trees(wheel_tree: TreeGetter, target: SglangStack, *, patched: bool) -> tuple[list[pathlib.Path], pathlib.Path]:
-    """(the child's path, the sgl-kernel record) for ``target``, pristine or patched.
+def trees(
+    wheel_tree: TreeGetter, target: SglangStack, *, patched: bool, cases: Sequence[dict[str, Any]] = ()
+) -> tuple[list[pathlib.Path], pathlib.Path]:
+    """(the child's path, the sgl-kernel record) for running ``cases`` on ``target``,
+    pristine or patched.
 
     Patched means the stack as users install it: patched sglang and patched
-    flashinfer (each where a series exists)."""
+    flashinfer (each where a series exists).  sglang's pure-Python pins that the test
+    venv does not meet come first (:mod:`harness.pinned_python`)."""
     sglang = wheel_tree("sglang", target.sglang, patched=patched and target.has_series("sglang"))
     flashinfer = wheel_tree(
         "flashinfer-python", target.flashinfer, patched=patched and target.has_series("flashinfer-python")
     )
     project, version = sgl_kernel_ops.kernel_requirement(sglang)
-    kernel = sgl_kernel_ops.python_tree(project, version, config.default_cache_dir())
-    return [sglang, flashinfer, kernel, HERE], sgl_kernel_ops.record_path(project, version)
+    cache = config.default_cache_dir()
+    kernel = sgl_kernel_ops.python_tree(project, version, cache)
+    models = [by_architecture(c["family"]["architecture"]) for c in cases]
+    pins = pinned_python.path_for(sglang, cache, [f for f in models if f is not None])
+    return [*pins, sglang, flashinfer, kernel, HERE], sgl_kernel_ops.record_path(project, version)
 
 
 def case(
@@ -100,7 +109,7 @@ def case(
 def run(
     wheel_tree: TreeGetter, target: SglangStack, *, patched: bool, cases: Sequence[dict[str, Any]], timeout: float = 1800
 ) -> list[dict[str, Any]]:
-    path, record = trees(wheel_tree, target, patched=patched)
+    path, record = trees(wheel_tree, target, patched=patched, cases=cases)
     request = {"record": str(record), "cases": list(cases)}
     code = f"import modelsim\nmodelsim.main({json.dumps(request)!r})\n"
     result = run_python(code, path=path, timeout=timeout)
@@ -130,7 +139,7 @@ def run_code(
         run_code(wheel_tree, stack("sglang-0.5.9"), patched=True, body=body,
                  cases=[case("qwen3-moe", moe_runner_backend="flashinfer_cutlass")])
     """
-    path, record = trees(wheel_tree, target, patched=patched)
+    path, record = trees(wheel_tree, target, patched=patched, cases=cases)
     code = (
         "import json, modelsim, stand_ins\n"
         f"modelsim.prepare({str(record)!r})\n"

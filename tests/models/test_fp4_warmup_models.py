@@ -102,7 +102,7 @@ def reports(wheel_tree: Any, target: simulation.SglangStack, *, patched: bool) -
         simulation.case(family, moe_runner_backend=backend, cuda_graph=not patched, **({} if patched else PIECEWISE_OFF))
         for family, backend in model_kinds.values()
     ]
-    path, record = simulation.trees(wheel_tree, target, patched=patched)
+    path, record = simulation.trees(wheel_tree, target, patched=patched, cases=cases)
     code = (
         f"import sys, json\nsys.path[:0] = [{str(HERE)!r}, {str(HERE.parent / 'harness')!r}]\n"
         "import warmup_hooks\nwarmup_hooks.install_real_op_bodies()\n"
