@@ -15,7 +15,13 @@ Installed in tests/models' child interpreter around its whole-model simulation
   (``initialize_fp4_gemm_config``), which modelsim, building the runner without a
   Scheduler, skips; and stands in for cuDNN's Python frontend
   (``fi_child.stub_cudnn``: graphs that build and execute nothing) so that the cuDNN
-  fp4 GEMM, sglang 0.5.10+'s SM120 default, runs FlashInfer's Python around it.
+  fp4 GEMM, sglang 0.5.10+'s SM120 default, runs FlashInfer's Python around it;
+* :func:`read_alpha_on_device` (pristine FlashInfer 0.6.1 only): 0.6.1's cuDNN fp4
+  requirement check passes the ``alpha`` tensor where its plan cache wants
+  ``alpha is not None`` (fixed upstream in flashinfer#2450, 0.6.3), so the plan builder
+  evaluates ``bool(alpha)``: a read of device memory, which a fake tensor cannot answer.
+  The stand-in answers it as the GPU does (alpha = 1 / (input_scale * weight_scale_2)
+  > 0: ``True``); it builds no JIT module either way.
 """
 
 from __future__ import annotations
@@ -71,6 +77,26 @@ def real_op_bodies() -> Iterator[None]:
         _REAL_BODIES["on"] = False
 
 
+def read_alpha_on_device() -> None:
+    """See the module docstring: ``bool(alpha)`` as a GPU answers it, where FlashInfer's
+    cuDNN fp4 plan builder is handed the tensor itself (0.6.1)."""
+    import torch
+    from flashinfer.gemm import gemm_base
+
+    build = getattr(gemm_base, "create_cudnn_execution_plans_fp4_gemm", None)
+    if build is None or getattr(build, "_fp4graph_alpha", False):
+        return
+
+    def create_cudnn_execution_plans_fp4_gemm(*args: Any) -> Any:
+        alpha_at = 12  # (..., block_size, device, alpha_is_not_none, use_nvfp4)
+        if len(args) > alpha_at and isinstance(args[alpha_at], torch.Tensor):
+            args = (*args[:alpha_at], True, *args[alpha_at + 1 :])
+        return build(*args)
+
+    create_cudnn_execution_plans_fp4_gemm._fp4graph_alpha = True  # type: ignore[attr-defined]
+    gemm_base.create_cudnn_execution_plans_fp4_gemm = create_cudnn_execution_plans_fp4_gemm
+
+
 def observe_model_warmup(modelsim: Any, *, real_bodies: bool) -> None:
     """In tests/models' child: record the piecewise warm-up of each case (patched
     sglang), and run sglang's ops' own bodies in the eager phases (``real_bodies``:
@@ -79,6 +105,8 @@ def observe_model_warmup(modelsim: Any, *, real_bodies: bool) -> None:
     import flashinfer.gemm.gemm_base  # noqa: F401
 
     fi_child.stub_cudnn()
+    if real_bodies:
+        read_alpha_on_device()
     built: list[str] = modelsim._STATE["jit_built"]
     # The server's Scheduler sets the fp4 GEMM backend from the server args before it
     # builds the model runner (initialize_fp4_gemm_config); modelsim builds the runner
