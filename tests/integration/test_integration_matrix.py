@@ -56,3 +56,15 @@ def test_primary_cells() -> None:
                        "llama/default", "llama/no-cuda-graph"]
     cell = matrix.Cell(family=LLAMA, start_order=StartOrder.DEFAULT)
     assert cell.slug == "llama_default"
+
+
+def test_a_release_without_the_model_class_leaves_the_family_out() -> None:
+    """sglang 0.5.8.x has no GLM-5 model class: its matrix runs without GLM-5, says so,
+    and refuses GLM-5 asked for by name (naming the release and the architecture)."""
+    old = Selection(sglang_version="0.5.8.post1")
+    assert GLM5 not in {c.family for c in old.cells()} and old.left_out() == [GLM5]
+    assert {c.family for c in Selection(sglang_version="0.5.9").cells()} == set(FAMILIES.values())
+    with pytest.raises(ConfigError, match=r"sglang 0\.5\.8 has no model class for glm5 \(GlmMoeDsaForCausalLM"):
+        Selection(families=["glm5"], sglang_version="0.5.8").cells()
+    with pytest.raises(ConfigError, match="glm5"):
+        Selection(sglang_version="0.5.8").cells(only=GLM5)

@@ -81,18 +81,23 @@ def user_family(model_path: pathlib.Path) -> Family:
     return family
 
 
-def selected_cells(args: argparse.Namespace) -> list[Cell]:
-    selection = Selection(
+def selection(args: argparse.Namespace, sglang_version: str | None = None) -> Selection:
+    return Selection(
         families=args.family or (),
         start_orders=[StartOrder(s) for s in args.start_order or ()],
         moe_backends=args.moe_runner_backend or (),
         fusions=[Fusion(f) for f in args.shared_experts_fusion or ()],
+        sglang_version=sglang_version,
     )
+
+
+def selected_cells(args: argparse.Namespace, sglang_version: str | None = None) -> list[Cell]:
+    chosen = selection(args, sglang_version)
     if args.model_path is not None:
         if args.family:
             raise ConfigError("--family selects generated checkpoints; --model-path brings its own")
-        return selection.cells(only=user_family(args.model_path))
-    return selection.cells()
+        return chosen.cells(only=user_family(args.model_path))
+    return chosen.cells()
 
 
 def _bench_mode(args: argparse.Namespace) -> str:
@@ -145,6 +150,10 @@ def describe(args: argparse.Namespace, layout: Layout, install: plan.InstallPlan
             cmd = checkpoint_command(install.python, layout.checkpoint(family), family)
             lines.append(f"checkpoint {family.name}: PYTHONPATH={SRC} {plan.render(cmd)}")
     lines.append(f"matrix: {len(cells)} cells x piecewise off/on")
+    if not args.family and args.model_path is None:
+        for family in selection(args, version).left_out():
+            lines.append(f"left out: {family.name} (sglang {version} has no model class for "
+                         f"{family.architecture}, new in {family.min_sglang})")
     base_url = "http://127.0.0.1:PORT"
     for cell in cells:
         venv = ""
@@ -326,11 +335,11 @@ def _environments(
 
 def run(args: argparse.Namespace) -> int:
     layout = _layout(args)
-    cells = selected_cells(args)
     install = plan.make_plan(
         repo=layout.repo, stack=args.stack, work_dir=layout.work_dir, base_python=args.python,
         wheels_dir=args.wheels_dir, index_url=args.index_url,
     )
+    cells = selected_cells(args, install.pins.sglang_version)
     if args.dry_run:
         print("\n".join(describe(args, layout, install, cells)))
         return 0

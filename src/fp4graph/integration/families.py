@@ -83,6 +83,8 @@ class Family:
     attention_excluded: bool = False  # ModelOpt recipe leaves attention bf16
     # The first transformers release whose AutoConfig knows model_type (None: all we run).
     min_transformers: str | None = None
+    # The first sglang release with a model class for ``architecture`` (None: all we pin).
+    min_sglang: str | None = None
 
     def needs_newer_transformers(self, installed: str) -> bool:
         """Whether ``installed`` (a transformers version) predates this family's model type."""
@@ -90,6 +92,12 @@ class Family:
         from packaging.version import Version
 
         return self.min_transformers is not None and Version(installed) < Version(self.min_transformers)
+
+    def in_sglang(self, version: str) -> bool:
+        """Whether sglang ``version`` has a model class for this family's architecture."""
+        from packaging.version import Version
+
+        return self.min_sglang is None or Version(version) >= Version(self.min_sglang)
 
     def config(self, size: Size = Size.SERVE) -> dict[str, Any]:
         cfg: dict[str, Any] = {"architectures": [self.architecture], "model_type": self.model_type}
@@ -380,6 +388,7 @@ GLM5 = Family(
     nsa=True,
     attention_excluded=True,
     min_transformers="5.2.0",
+    min_sglang="0.5.9",  # GlmMoeDsaForCausalLM (models/glm4_moe.py) is new in 0.5.9
     base={
         **_DEEPSEEK_ROUTING,
         "n_group": 1,

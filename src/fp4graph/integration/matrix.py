@@ -76,6 +76,9 @@ class Selection:
     start_orders: Sequence[StartOrder] = ()
     moe_backends: Sequence[str] = ()
     fusions: Sequence[Fusion] = ()
+    # The stack's sglang: families it has no model class for are left out (asked for by
+    # name, an error).  None: every family.
+    sglang_version: str | None = None
 
     def cells(self, only: Family | None = None) -> list[Cell]:
         """The selected cells, in a stable order (family, start order, backend, fusion).
@@ -88,8 +91,23 @@ class Selection:
         bad = sorted(set(self.moe_backends) - set(MOE_BACKENDS))
         if bad:
             raise ConfigError(f"unknown --moe-runner-backend {', '.join(bad)}; known: {', '.join(MOE_BACKENDS)}")
-        families = [only] if only is not None else [FAMILIES[n] for n in (self.families or FAMILIES)]
+        asked = [only] if only is not None else [FAMILIES[n] for n in self.families]
+        if self.sglang_version is not None:
+            if missing := [f for f in asked if not f.in_sglang(self.sglang_version)]:
+                raise ConfigError("; ".join(
+                    f"sglang {self.sglang_version} has no model class for {f.name} ({f.architecture}, "
+                    f"new in {f.min_sglang})" for f in missing))
+        families = asked or [f for f in FAMILIES.values() if f in self.available()]
         return [cell for family in families for cell in _cells(family, self)]
+
+    def available(self) -> list[Family]:
+        """The families the stack's sglang has a model class for."""
+        v = self.sglang_version
+        return [f for f in FAMILIES.values() if v is None or f.in_sglang(v)]
+
+    def left_out(self) -> list[Family]:
+        """The families left out because the stack's sglang lacks their model class."""
+        return [f for f in FAMILIES.values() if f not in self.available()]
 
 
 def _cells(family: Family, selection: Selection) -> Iterable[Cell]:
