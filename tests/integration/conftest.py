@@ -1,9 +1,11 @@
 """Fixtures of the integration tests: the test-size checkpoints and sglang's own verdicts.
 
-``sglang_checks(stack)`` runs, once per session and stack, one child interpreter with the
-stack's patched sglang and flashinfer trees (tests/integration/sglang_load.py): every matrix
-cell's exact launch_server arguments (piecewise off and on) through that release's
-ServerArgs, and a load of every family / MoE backend / fusion combination through its
+``sglang_checks(stack)`` runs, once per session and stack, a child interpreter with the
+stack's patched sglang and flashinfer trees (tests/integration/sglang_load.py), after the
+release's pure-Python pins the test venv does not meet (harness.pinned_python; a second
+child for the families that need a newer transformers, as the run gives them a second
+venv): every matrix cell's exact launch_server arguments (piecewise off and on) through
+that release's ServerArgs, and a load of every family / MoE backend / fusion combination through its
 model loader.  The results are shared by the flag and checkpoint tests.
 """
 
@@ -21,6 +23,8 @@ from sglang_cpu import SGSIM_DIR
 
 from fp4graph.integration import checkpoint
 from fp4graph.integration.families import FAMILIES, Size
+from fp4graph.model import config
+from harness import pinned_python
 from harness.child import run_python, tail
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -41,16 +45,24 @@ def sglang_checks(wheel_tree: Any, test_checkpoints: dict[str, pathlib.Path]) ->
     def run(stack: str) -> dict[str, Any]:
         sglang, flashinfer = stack_versions(stack)
         trees = [wheel_tree("sglang", sglang, patched=True), wheel_tree("flashinfer-python", flashinfer, patched=True)]
-        request = {"cells": requests(sglang, test_checkpoints)}
-        code = (
-            f"import sys; sys.path[:0] = [{str(HERE)!r}, {str(SGSIM_DIR)!r}]\n"
-            "import sglang_load\n"
-            f"sglang_load.main({json.dumps(request)!r})\n"
-        )
-        result = run_python(code, path=trees, timeout=1800)
-        lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT:")]
-        assert result.returncode == 0 and lines, tail(result)
-        data: dict[str, Any] = json.loads(lines[-1][len("RESULT:"):])
+        # One child per transformers, as the run has one venv per transformers: the stack's
+        # pin, and the newer one for families whose model type the pin lacks.
+        by_path: dict[tuple[pathlib.Path, ...], list[dict[str, Any]]] = {}
+        for cell in requests(sglang, test_checkpoints):
+            family = FAMILIES[cell["id"].removeprefix("load:").split("/", 1)[0]]
+            pins = tuple(pinned_python.path_for(trees[0], config.default_cache_dir(), [family]))
+            by_path.setdefault(pins, []).append(cell)
+        data: dict[str, Any] = {}
+        for pins, cells in by_path.items():
+            code = (
+                f"import sys; sys.path[:0] = [{str(HERE)!r}, {str(SGSIM_DIR)!r}]\n"
+                "import sglang_load\n"
+                f"sglang_load.main({json.dumps({'cells': cells})!r})\n"
+            )
+            result = run_python(code, path=[*pins, *trees], timeout=1800)
+            lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT:")]
+            assert result.returncode == 0 and lines, tail(result)
+            data.update(json.loads(lines[-1][len("RESULT:"):]))
         return data
 
     return run

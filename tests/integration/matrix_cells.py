@@ -6,7 +6,7 @@ import pathlib
 from typing import Any
 
 from fp4graph.integration import flags, matrix
-from fp4graph.integration.families import FAMILIES
+from fp4graph.integration.families import Family
 from fp4graph.model import stacks
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -27,24 +27,29 @@ SGLANG_STACKS = sglang_stacks()
 STACK_IDS = [name for name, _, _ in SGLANG_STACKS]
 
 
-def load_combinations() -> list[matrix.Cell]:
+def load_combinations(version: str) -> list[matrix.Cell]:
     """One cell per family x MoE backend x fusion (start order and piecewise do not change
-    what is loaded)."""
-    return [c for c in matrix.Selection(start_orders=[matrix.StartOrder.DEFAULT]).cells()]
+    what is loaded) of the families sglang ``version`` has."""
+    return matrix.Selection(start_orders=[matrix.StartOrder.DEFAULT], sglang_version=version).cells()
+
+
+def families(version: str) -> list[Family]:
+    """The families sglang ``version`` has a model class for."""
+    return matrix.Selection(sglang_version=version).available()
 
 
 def requests(version: str, ckpts: dict[str, pathlib.Path]) -> list[dict[str, Any]]:
     cells: list[dict[str, Any]] = []
-    for cell in matrix.Selection().cells():
+    for cell in matrix.Selection(sglang_version=version).cells():
         for mode in flags.Piecewise:
             argv = flags.server_args(
                 sglang_version=version, model_path=ckpts[cell.family.name], cell=cell, mode=mode, tp=1, port=30000
             )
             cells.append({"id": f"{cell.id}/{mode.value}", "argv": argv, "load": False})
-    for family in FAMILIES.values():  # sglang's own default: no piecewise flag at all
+    for family in families(version):  # sglang's own default: no piecewise flag at all
         cells.append({"id": f"{family.name}/sglang-default", "load": False,
                       "argv": ["--model-path", str(ckpts[family.name]), "--quantization", "modelopt_fp4"]})
-    for cell in load_combinations():
+    for cell in load_combinations(version):
         argv = flags.server_args(
             sglang_version=version, model_path=ckpts[cell.family.name], cell=cell, mode=flags.Piecewise.ON,
             tp=1, port=30000,

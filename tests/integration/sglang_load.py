@@ -135,25 +135,26 @@ def _init_parallel_state(server_args: Any, model_config: Any) -> None:
     from sglang.srt.distributed import parallel_state
     from sglang.srt.layers import dp_attention
 
-    if not _DISTRIBUTED[0]:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        # The group coordinators put their device on cuda:<rank> when the platform is
-        # CUDA-like; this world is gloo on the host.
-        cuda_alike = parallel_state.is_cuda_alike
-        parallel_state.is_cuda_alike = lambda: False
-        try:
+    # The group coordinators put their device on cuda:<rank> when the platform is
+    # CUDA-like; this world is gloo on the host.  initialize_dp_attention builds one too
+    # (its attention-TP group; 0.5.8 puts a tensor on that device in __init__).
+    cuda_alike = parallel_state.is_cuda_alike
+    parallel_state.is_cuda_alike = lambda: False
+    try:
+        if not _DISTRIBUTED[0]:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
             _call(
                 parallel_state.init_distributed_environment,
                 backend="gloo", world_size=1, rank=0, local_rank=0,
                 distributed_init_method=f"tcp://127.0.0.1:{port}",
             )
             _call(parallel_state.initialize_model_parallel, tensor_model_parallel_size=1)
-        finally:
-            parallel_state.is_cuda_alike = cuda_alike
-        _DISTRIBUTED[0] = True
-    _call(dp_attention.initialize_dp_attention, server_args=server_args, model_config=model_config)
+            _DISTRIBUTED[0] = True
+        _call(dp_attention.initialize_dp_attention, server_args=server_args, model_config=model_config)
+    finally:
+        parallel_state.is_cuda_alike = cuda_alike
 
 
 def _server_args(argv: list[str]) -> Any:
@@ -228,6 +229,28 @@ def _byte_sums(tensors: dict[str, Any]) -> dict[str, int]:
     return sums
 
 
+def _initialize_model(loader_module: Any, model_config: Any, load_config: Any) -> tuple[Any, Any]:
+    """The release's ``_initialize_model`` and the quantization config it was built with:
+    0.5.9+ take the config from ``_get_quantization_config(model_config, load_config)``;
+    0.5.8.x derive it inside (from the model class's packed modules), recorded here."""
+    if "quant_config" in inspect.signature(loader_module._initialize_model).parameters:
+        quant_config = loader_module._get_quantization_config(model_config, load_config)
+        return loader_module._initialize_model(model_config, load_config, quant_config), quant_config
+    made: list[Any] = []
+    get = loader_module._get_quantization_config
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        made.append(get(*args, **kwargs))
+        return made[-1]
+
+    loader_module._get_quantization_config = recorded
+    try:
+        model = loader_module._initialize_model(model_config, load_config)
+    finally:
+        loader_module._get_quantization_config = get
+    return model, made[-1]
+
+
 def _load(args: Any, model_config: Any) -> dict[str, Any]:
     import torch
     from safetensors.torch import load_file
@@ -238,9 +261,8 @@ def _load(args: Any, model_config: Any) -> dict[str, Any]:
     _deep_gemm_sm_count()
     load_config = LoadConfig(load_format=args.load_format)
     model_loader = loader_module.DefaultModelLoader(load_config)
-    quant_config = loader_module._get_quantization_config(model_config, load_config)
     with set_default_torch_dtype(model_config.dtype), torch.device("cpu"), _host_is_the_device():
-        model = loader_module._initialize_model(model_config, load_config, quant_config)
+        model, quant_config = _initialize_model(loader_module, model_config, load_config)
     written = None
     for pattern in PATTERNS:
         _fill(model, pattern)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pathlib
+import re
 from typing import Any
 
 import pytest
-from matrix_cells import STACK_IDS, stack_versions
+from matrix_cells import STACK_IDS, families, stack_versions
 from packaging.version import Version
 
 from fp4graph.integration import flags
@@ -98,7 +99,11 @@ def _series_topics(version: str) -> list[str]:
 
 def expected_piecewise(version: str, cell: Cell, mode: flags.Piecewise) -> bool:
     """What the patched release must decide: piecewise exactly in the "on" runs, NSA
-    models included (the series' backport of PR #23351; 0.5.10+ with the enforce flag)."""
+    models included (the series' backport of PR #23351; 0.5.10+ with the enforce flag),
+    except where the series turns piecewise off for NSA models instead (0.5.8.x, which
+    the backport does not reach)."""
+    if cell.family.nsa and NSA_OFF_TOPIC in _series_topics(version):
+        return False
     return mode is flags.Piecewise.ON
 
 
@@ -126,7 +131,7 @@ def test_flags_exist_in_that_sglang(wheel_tree: Any, stack: str, tmp_path: pathl
     tree = wheel_tree("sglang", version, patched=True)
     server_flags = flags.declared_flags((tree / "sglang/srt/server_args.py").read_text())
     bench_flags = flags.declared_flags((tree / "sglang/bench_serving.py").read_text())
-    for cell in Selection().cells():
+    for cell in Selection(sglang_version=version).cells():
         for mode in flags.Piecewise:
             cmd = flags.server_command("py", sglang_version=version, model_path="/m", cell=cell, mode=mode,
                                        tp=1, port=1)
@@ -148,7 +153,7 @@ def test_every_cell_through_that_releases_server_args(sglang_checks: Any, stack:
     results = sglang_checks(stack)
     errors = {k: v["error"] for k, v in results.items() if "error" in v}
     assert not errors, errors
-    for cell in Selection().cells():
+    for cell in Selection(sglang_version=version).cells():
         for mode in flags.Piecewise:
             got = results[f"{cell.id}/{mode.value}"]
             # sglang reads a deepseek_v32 config as deepseek_v3 (_load_deepseek_v32_model).
@@ -177,6 +182,18 @@ def test_nsa_needs_its_flag(sglang_checks: Any, stack: str) -> None:
     version, _ = stack_versions(stack)
     results = sglang_checks(stack)
     default_on = flags.piecewise_flags(version).on == ()
-    for family in FAMILIES.values():
+    for family in families(version):
         got = results[f"{family.name}/sglang-default"]["piecewise"]["enabled"]
         assert got is (default_on and not family.nsa), (family.name, got)
+
+
+@pytest.mark.parametrize("stack", STACK_IDS)
+def test_families_left_out_are_those_the_release_lacks(wheel_tree: Any, stack: str) -> None:
+    """Family.min_sglang is a fact of each release: a family is in its matrix exactly
+    when the release's models/ define its architecture."""
+    version, _ = stack_versions(stack)
+    models = wheel_tree("sglang", version, patched=False) / "sglang" / "srt" / "models"
+    source = "\n".join(f.read_text(encoding="utf-8") for f in models.glob("*.py"))
+    for family in FAMILIES.values():
+        defined = re.search(rf"^class {family.architecture}\b", source, re.M) is not None
+        assert defined is family.in_sglang(version), (version, family.name, family.architecture)
