@@ -219,6 +219,19 @@ def test_dry_run_plan(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
     assert not (tmp_path / "w").exists()  # a dry run creates nothing
 
 
+def test_dry_run_leaves_out_what_the_release_lacks(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """sglang 0.5.8 has no GLM-5 model class: the plan leaves GLM-5 out and says why;
+    asked for by name, the run stops with an error before it installs anything."""
+    assert _run(tmp_path, monkeypatch, "--dry-run", stack="sglang-0.5.8") == 0
+    out = capsys.readouterr().out
+    assert "matrix: 32 cells x piecewise off/on" in out and "cell glm5/" not in out
+    assert "left out: glm5 (sglang 0.5.8 has no model class for GlmMoeDsaForCausalLM, new in 0.5.9)" in out
+    with pytest.raises(ConfigError, match="sglang 0.5.8 has no model class for glm5"):
+        _run(tmp_path, monkeypatch, "--family", "glm5", stack="sglang-0.5.8")
+    assert not (tmp_path / "w").exists()
+
+
 def test_device_check_and_missing_wheels(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     """--device-check only reports (nox uses it to skip); without the patched wheels the run
