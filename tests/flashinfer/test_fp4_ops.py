@@ -33,6 +33,10 @@ What is checked, and how:
   modules of that kind; reaching a module getter while Dynamo traces raises the
   RuntimeError that names the module and the ``fp4_warmup(modules=[...])`` call
   that builds it.
+- cudnn plans: the cuDNN fp4 requirement check (every ``mm_fp4(backend="auto")`` call,
+  sglang's default) keys its plan cache on ``alpha is not None``, not on each layer's
+  alpha tensor (flashinfer#2450; the plan builder, cuDNN graph construction, is recorded
+  instead of run).
 - cold: the first fp4 call of a fresh process that skipped the warm-up (empty JIT
   cache, FLASHINFER_NVCC_VERSION unset, nvcc present or absent), inside a simulated
   CUDA graph capture (eager and compiled fullgraph) and while Dynamo traces, gets
@@ -51,7 +55,7 @@ import pytest
 
 from conftest import series_versions
 from harness.child import opcheck_failures, run_child_main
-from harness.targets import full_matrix
+from harness.targets import full_matrix, versions_with_topic
 
 PROJECT = "flashinfer-python"
 VERSIONS = series_versions(PROJECT)
@@ -333,3 +337,22 @@ def test_arch_choice_reads_nvcc(child, version: str) -> None:
     at_128 = arch["nvcc=12.8"]
     assert "120f" not in at_128["target_archs"], arch
     assert at_128.get("module") != ["fp4_quantization_120f"], arch
+
+
+PLAN_KEY_BACKPORT = versions_with_topic(PROJECT, "cudnn-fp4-plan-key")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_one_cudnn_fp4_plan_per_shape(child, version: str) -> None:
+    """Two layers' alphas, one GEMM shape: one plan.  Pristine 0.6.1 keys the cache on the
+    alpha tensor itself (a plan per layer and shape, and ``bool(alpha)``, a device read,
+    on each miss); the backport (Topic: cudnn-fp4-plan-key) and 0.6.3+ key on the bool."""
+    patched = child(version, "sm120", True, "cudnn-plans")["plans"]
+    pristine = child(version, "sm120", False, "cudnn-plans")["plans"]
+    if pristine.get("absent"):
+        pytest.skip(f"flashinfer {version} has no create_cudnn_execution_plans_fp4_gemm (its cuDNN plans are built elsewhere)")
+    assert patched == {"calls": 2, "cache_entries": 1, "key_types": ["bool"]}, patched
+    if version in PLAN_KEY_BACKPORT:
+        assert pristine["cache_entries"] == 2 and "bool" not in pristine["key_types"], pristine
+    else:
+        assert pristine == patched, f"flashinfer {version} keys on the bool itself: {pristine}"

@@ -11,6 +11,7 @@ tensors (``FakeTensorMode``); the device is simulated by :mod:`fp4graph.verify.s
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import sys
@@ -434,6 +435,36 @@ def stub_cudnn() -> None:
 
     gemm_base.cudnn = _CudnnFrontend()
     gemm_base.CUDNN_AVAILABLE = True
+
+
+def cudnn_plan_check() -> dict[str, Any]:
+    """The keys FlashInfer's cuDNN fp4 requirement check hands its plan cache for one
+    GEMM shape and two layers' alphas (flashinfer#2450).  Stands in for the plan
+    builder (``create_cudnn_execution_plans_fp4_gemm``: cuDNN graph construction) by
+    recording its ``alpha_is_not_none`` argument; the requirement check runs as shipped."""
+    from flashinfer.gemm import gemm_base
+
+    requirement = getattr(gemm_base, "_cudnn_gemm_fp4_requirement", None)
+    builder = getattr(gemm_base, "create_cudnn_execution_plans_fp4_gemm", None)
+    if requirement is None or builder is None:
+        return {"absent": True}
+    stub_cudnn()
+    keys: list[Any] = []
+    at = list(inspect.signature(builder).parameters).index("alpha_is_not_none")
+
+    def plans(*args: Any) -> Any:
+        keys.append(args[at])
+        return _CudnnObject()
+
+    gemm_base.create_cudnn_execution_plans_fp4_gemm = plans
+    u8 = torch.uint8
+    m, n, k = 48, 256, 256
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        a, b = cuda(m, k // 2, dtype=u8), cuda(n, k // 2, dtype=u8).t()
+        a_sf, b_sf = cuda(_pad(m, 128), k // 16, dtype=u8), cuda(n, k // 16, dtype=u8).t()
+        for _layer in range(2):
+            requirement(a, b, a_sf, b_sf, gscale(), BF16)
+    return {"calls": len(keys), "cache_entries": len(set(keys)), "key_types": sorted({type(k).__name__ for k in keys})}
 
 
 def stub_jit(tmp: str, module: Callable[[], Any] = _StubModule) -> list[str]:
@@ -1033,6 +1064,9 @@ def main(request_json: str) -> None:
         if req["mode"] == "opcheck":
             stub_jit(req["tmp"])
             res["cases"] = opcheck_all(req["version"], req.get("only"))
+        if req["mode"] == "cudnn-plans":
+            stub_jit(req["tmp"])
+            res["plans"] = cudnn_plan_check()
         if req["mode"] == "warmup":
             built = stub_jit(req["tmp"])
             res["select"] = select_check(built)

@@ -18,7 +18,8 @@ Installed in tests/models' child interpreter around its whole-model simulation
   fp4 GEMM, sglang 0.5.10+'s SM120 default, runs FlashInfer's Python around it;
 * :func:`read_alpha_on_device` (pristine FlashInfer 0.6.1 only): 0.6.1's cuDNN fp4
   requirement check passes the ``alpha`` tensor where its plan cache wants
-  ``alpha is not None`` (fixed upstream in flashinfer#2450, 0.6.3), so the plan builder
+  ``alpha is not None`` (fixed upstream in flashinfer#2450, 0.6.3; the 0.6.1 series
+  backports it, Topic: cudnn-fp4-plan-key), so the plan builder
   evaluates ``bool(alpha)``: a read of device memory, which a fake tensor cannot answer.
   The stand-in answers it as the GPU does (alpha = 1 / (input_scale * weight_scale_2)
   > 0: ``True``); it builds no JIT module either way.
