@@ -20,7 +20,8 @@ import copy
 from typing import Any
 
 from fp4graph.integration import checkpoint
-from fp4graph.integration.families import FAMILIES, Family, Size
+from fp4graph.integration.families import FAMILIES, Family, Size, by_architecture
+from harness.targets import versions_with_topic
 
 NSA_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.nsa)
 
@@ -63,3 +64,17 @@ def row(name: str) -> dict[str, Any]:
 
 def names(kind: str | None = None) -> list[str]:
     return [n for n, r in ROWS.items() if kind is None or r["kind"] == kind]
+
+
+# The sglang series whose NSA models run piecewise (the PR #23351 backport); the others
+# (0.5.8.x: ``nsa-piecewise-off``) keep piecewise off for them (tests/sglang checks that).
+NSA_PIECEWISE = versions_with_topic("sglang", "nsa-piecewise-cuda-graph")
+
+
+def runs_on(name: str, sglang: str) -> bool:
+    """Whether row ``name`` is simulated on sglang ``sglang``: the release has its model
+    class (``Family.min_sglang``), and an NSA row only where the series runs NSA piecewise."""
+    family = by_architecture(ROWS[name]["architecture"])
+    if family is not None and not family.in_sglang(sglang):
+        return False
+    return name not in NSA_FAMILIES or sglang in NSA_PIECEWISE

@@ -43,8 +43,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 FULL = full_matrix()
 
 
-def kinds() -> dict[str, tuple[str, str]]:
-    """Model kind id -> (family, MoE runner backend)."""
+def kinds(sglang: str) -> dict[str, tuple[str, str]]:
+    """Model kind id -> (family, MoE runner backend), of the families ``sglang`` runs."""
     if not FULL:
         return {
             "dense": ("llama", "auto"),
@@ -52,7 +52,7 @@ def kinds() -> dict[str, tuple[str, str]]:
             "moe-flashinfer_cutlass": ("qwen3-moe", "flashinfer_cutlass"),
         }
     out = {}
-    for name in families.names():
+    for name in (n for n in families.names() if families.runs_on(n, sglang)):
         moe = families.ROWS[name]["kind"] == "moe"
         for backend in ("auto", "flashinfer_cutlass") if moe else ("auto",):
             out[f"{name}-{backend}"] = (name, backend)
@@ -97,7 +97,7 @@ def reports(wheel_tree: Any, target: simulation.SglangStack, *, patched: bool) -
     key = (target.name, patched)
     if key in _CACHE:
         return _CACHE[key]
-    model_kinds = kinds()
+    model_kinds = kinds(target.sglang)
     cases = [
         simulation.case(family, moe_runner_backend=backend, cuda_graph=not patched, **({} if patched else PIECEWISE_OFF))
         for family, backend in model_kinds.values()
@@ -129,7 +129,7 @@ def test_warmup_builds_the_fp4_modules_the_pristine_start_builds(
 ) -> None:
     pristine = reports(wheel_tree, target, patched=False)
     patched = reports(wheel_tree, target, patched=True)
-    for kind, (_family, backend) in kinds().items():
+    for kind, (_family, backend) in kinds(target.sglang).items():
         off, on = pristine[kind], patched[kind]
         assert off["ok"] and off["piecewise_runner"] is None, brief(off)  # started, piecewise off
         assert on["ok"] and on["piecewise_runner"] == "PiecewiseCudaGraphRunner", brief(on)

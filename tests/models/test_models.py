@@ -84,9 +84,9 @@ class Case:
         )
 
 
-def full_matrix() -> list[Case]:
+def full_matrix(sglang: str) -> list[Case]:
     out = []
-    for family in families.names():
+    for family in (f for f in families.names() if families.runs_on(f, sglang)):
         backends = ["auto", "flashinfer_cutlass"] if families.ROWS[family]["kind"] == "moe" else ["auto"]
         for backend in backends:
             for cuda_graph in (True, False):
@@ -96,7 +96,7 @@ def full_matrix() -> list[Case]:
 
 def matrix(stack_name: str, patched: bool) -> list[Case]:
     if FULL:
-        return full_matrix()
+        return full_matrix(simulation.stack(stack_name).sglang)
     ci = stack_name == CI_STACK or CI_STACK not in [s.name for s in simulation.sglang_stacks()]
     if not ci:
         orders = (True, False) if patched else (False,)
