@@ -49,7 +49,7 @@ def sglang_checks(wheel_tree: Any, test_checkpoints: dict[str, pathlib.Path]) ->
         # pin, and the newer one for families whose model type the pin lacks.
         by_path: dict[tuple[pathlib.Path, ...], list[dict[str, Any]]] = {}
         for cell in requests(sglang, test_checkpoints):
-            family = FAMILIES[cell["id"].removeprefix("load:").split("/", 1)[0]]
+            family = FAMILIES[cell["family"]]
             pins = tuple(pinned_python.path_for(trees[0], config.default_cache_dir(), [family]))
             by_path.setdefault(pins, []).append(cell)
         data: dict[str, Any] = {}

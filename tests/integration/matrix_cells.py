@@ -45,16 +45,16 @@ def requests(version: str, ckpts: dict[str, pathlib.Path]) -> list[dict[str, Any
             argv = flags.server_args(
                 sglang_version=version, model_path=ckpts[cell.family.name], cell=cell, mode=mode, tp=1, port=30000
             )
-            cells.append({"id": f"{cell.id}/{mode.value}", "argv": argv, "load": False})
+            cells.append({"id": f"{cell.id}/{mode.value}", "family": cell.family.name, "argv": argv, "load": False})
     for family in families(version):  # sglang's own default: no piecewise flag at all
-        cells.append({"id": f"{family.name}/sglang-default", "load": False,
+        cells.append({"id": f"{family.name}/sglang-default", "family": family.name, "load": False,
                       "argv": ["--model-path", str(ckpts[family.name]), "--quantization", "modelopt_fp4"]})
     for cell in load_combinations(version):
         argv = flags.server_args(
             sglang_version=version, model_path=ckpts[cell.family.name], cell=cell, mode=flags.Piecewise.ON,
             tp=1, port=30000,
         )
-        cells.append({"id": f"load:{cell.id}", "argv": argv, "load": True})
+        cells.append({"id": f"load:{cell.id}", "family": cell.family.name, "argv": argv, "load": True})
     return cells
 
 
