@@ -1,6 +1,6 @@
 """The architecture as a contract: ``[tool.importlinter]`` in pyproject.toml.
 
-Rooms in layers (cli > integration > verify > forward > wheels > model; a lower one never
+Rooms in layers (cli > commands > integration > verify > forward > wheels > model; a lower one never
 imports a higher one), no import cycles between siblings, and torch only under
 fp4graph.verify (not in verify.suites, which runs torch in child interpreters).
 import-linter reads the source without importing it; each run is a child interpreter whose

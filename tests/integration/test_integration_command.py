@@ -15,7 +15,7 @@ import sys
 import fake_python
 import pytest
 
-from fp4graph import cli
+from fp4graph import commands
 from fp4graph.integration import command, device, flags, plan
 from fp4graph.model import stacks
 from fp4graph.model.errors import ConfigError
@@ -29,7 +29,7 @@ SGLANG_059 = "sglang==" + stacks.load(REPO / "patches" / "stacks.toml").artifact
 
 
 def _args(*argv: str) -> argparse.Namespace:
-    return cli.parser().parse_args(["integration", *argv])
+    return commands.parser().parse_args(["integration", *argv])
 
 
 def _fake_repo(tmp: pathlib.Path, manifest: dict[str, object] | None = None) -> pathlib.Path:

@@ -1,0 +1,71 @@
+"""The command registry: one module per verb in fp4graph.commands, the parser built from it,
+and cli.main's terminal (exit codes, the ``Class: message`` line)."""
+
+from __future__ import annotations
+
+import argparse
+import pkgutil
+import types
+
+import pytest
+
+from fp4graph import cli, commands
+from fp4graph.model.errors import ConfigError
+
+HELPERS = {"common"}  # modules of the package that are no command
+
+
+def test_every_command_module_is_registered_once() -> None:
+    modules = {m.name for m in pkgutil.iter_modules(commands.__path__)} - HELPERS
+    names = [c.NAME for c in commands.COMMANDS]
+    assert sorted(names) == sorted(modules), "a module in fp4graph/commands/ is missing from COMMANDS"
+    assert len(set(names)) == len(names)
+    for command in commands.COMMANDS:
+        assert isinstance(command, types.ModuleType) and command.__name__.endswith(f".{command.NAME}")
+        assert command.HELP and command.__doc__ and command.__doc__.startswith(f"``python -m fp4graph {command.NAME}")
+
+
+def test_the_parser_has_each_command_with_its_own_arguments() -> None:
+    top = commands.parser()
+    sub = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices) == [c.NAME for c in commands.COMMANDS]
+    args = top.parse_args(["pins", "sglang-0.5.9", "--project", "sglang"])
+    assert args.func is commands.pins.run and args.stack == "sglang-0.5.9" and args.project == "sglang"
+    with pytest.raises(SystemExit):
+        top.parse_args(["pins", "sglang-0.5.9", "--stack", "x"])  # wheels' option, not pins'
+
+
+def _fake_command(result: int | Exception) -> types.ModuleType:
+    """A module in the shape of fp4graph/commands/<verb>.py."""
+    module = types.ModuleType("fp4graph.commands.hello", "``python -m fp4graph hello``: say hello.")
+    module.NAME, module.HELP = "hello", "say hello"  # type: ignore[attr-defined]
+    module.add_arguments = lambda p: p.add_argument("--name", default="world")  # type: ignore[attr-defined]
+
+    def run(args: argparse.Namespace) -> int:
+        if isinstance(result, Exception):
+            raise result
+        print(f"hello {args.name}")
+        return result
+
+    module.run = run  # type: ignore[attr-defined]
+    return module
+
+
+def test_a_new_command_is_one_module_and_one_entry(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(commands, "COMMANDS", (*commands.COMMANDS, _fake_command(3)))
+    assert cli.main(["hello", "--name", "fp4"]) == 3
+    assert capsys.readouterr().out == "hello fp4\n"
+
+
+def test_an_fp4graph_error_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    failing = _fake_command(ConfigError("stacks.toml: no stack 'x'; add it"))
+    monkeypatch.setattr(commands, "COMMANDS", (failing,))
+    assert cli.main(["hello"]) == 2
+    assert capsys.readouterr().err == "ConfigError: stacks.toml: no stack 'x'; add it\n"
+    monkeypatch.setattr(commands, "COMMANDS", (_fake_command(RuntimeError("bug")),))
+    with pytest.raises(RuntimeError):  # anything else is a bug: its traceback, not a line
+        cli.main(["hello"])
