@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import pathlib
 import sys
@@ -177,10 +178,11 @@ def integration(session: nox.Session) -> None:
     # A later --stack in posargs wins over FP4GRAPH_STACK.
     command = ["python", "-m", "fp4graph", "integration", "--stack", _stack(session), *session.posargs]
     if "--dry-run" not in session.posargs:
-        check = session.run(*command, "--device-check", silent=True) or ""
-        print(check, end="")
-        if "integration: SKIPPED:" in check:
-            session.skip(check.split("integration: SKIPPED:", 1)[1].strip().splitlines()[0])
+        # {"tp": N, "sm120_gpus": M, "skip_reason": null or why}; stderr stays on the terminal.
+        check = json.loads(str(session.run(*command, "--device-check", "--json", silent=True, stderr=None)))
+        if check["skip_reason"]:
+            session.skip(check["skip_reason"])
+        session.log(f"integration: {check['sm120_gpus']} SM120 GPU(s) found")
     session.run(*command)
 
 

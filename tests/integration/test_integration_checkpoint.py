@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import pathlib
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -116,6 +119,24 @@ def test_written_files(tmp_path: pathlib.Path) -> None:
     ids = tok.encode("Hello, wörld").ids
     assert ids[0] == 256 and max(ids) < config["vocab_size"]
     assert tok.decode(ids) == "Hello, wörld"
+
+
+def test_the_entry_point_the_run_calls(tmp_path: pathlib.Path) -> None:
+    """``python -m fp4graph.integration.checkpoint OUT --family F``, as the run starts it in
+    the sglang venv: it prints OUT and writes the family's checkpoint there."""
+    out = tmp_path / "ckpt"
+    src = pathlib.Path(checkpoint.__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [sys.executable, "-m", "fp4graph.integration.checkpoint", str(out), "--family", "qwen3", "--size", "test"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout == f"{out}\n"
+    assert json.loads((out / "config.json").read_text()) == checkpoint.model_config(families.QWEN3, Size.TEST)
+    bad = subprocess.run([sys.executable, "-m", "fp4graph.integration.checkpoint", str(out), "--family", "gpt2"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert bad.returncode == 2 and "invalid choice: 'gpt2'" in bad.stderr
 
 
 @pytest.mark.slow

@@ -16,7 +16,8 @@ import fake_python
 import pytest
 
 from fp4graph import commands
-from fp4graph.integration import command, device, flags, plan
+from fp4graph.commands import integration as command
+from fp4graph.integration import device, flags, options, plan, runner
 from fp4graph.model import stacks
 from fp4graph.model.errors import ConfigError
 
@@ -30,6 +31,10 @@ SGLANG_059 = "sglang==" + stacks.load(REPO / "patches" / "stacks.toml").artifact
 
 def _args(*argv: str) -> argparse.Namespace:
     return commands.parser().parse_args(["integration", *argv])
+
+
+def _cells(args: argparse.Namespace) -> list[str]:
+    return [c.id for c in options.selected_cells(command.options(args))]
 
 
 def _fake_repo(tmp: pathlib.Path, manifest: dict[str, object] | None = None) -> pathlib.Path:
@@ -54,7 +59,7 @@ def test_arguments() -> None:
     args = _args("--stack", "s", "--family", "glm5", "--family", "llama", "--start-order", "no-cuda-graph",
                  "--moe-runner-backend", "flashinfer_cutlass", "--shared-experts-fusion", "off")
     assert args.family == ["glm5", "llama"] and args.start_order == ["no-cuda-graph"]
-    assert [c.id for c in command.selected_cells(args)] == [
+    assert _cells(args) == [
         "glm5/no-cuda-graph/moe-flashinfer_cutlass/fusion-off", "llama/no-cuda-graph",
     ]
     assert _args("--stack", "s", "--concurrency", "4,64").concurrency == (4, 64)
@@ -69,13 +74,13 @@ def test_user_checkpoint_family(tmp_path: pathlib.Path) -> None:
     ckpt = tmp_path / "GLM-5-NVFP4"
     ckpt.mkdir()
     (ckpt / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
-    cells = command.selected_cells(_args("--stack", "s", "--model-path", str(ckpt), "--start-order", "no-cuda-graph"))
-    assert [c.id for c in cells][:2] == ["glm5/no-cuda-graph/moe-auto/fusion-on", "glm5/no-cuda-graph/moe-auto/fusion-off"]
+    cells = _cells(_args("--stack", "s", "--model-path", str(ckpt), "--start-order", "no-cuda-graph"))
+    assert cells[:2] == ["glm5/no-cuda-graph/moe-auto/fusion-on", "glm5/no-cuda-graph/moe-auto/fusion-off"]
     (ckpt / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
     with pytest.raises(ConfigError, match=r"config.json: architectures \['GPT2LMHeadModel'\] is none of"):
-        command.selected_cells(_args("--stack", "s", "--model-path", str(ckpt)))
+        _cells(_args("--stack", "s", "--model-path", str(ckpt)))
     with pytest.raises(ConfigError, match="--model-path brings its own"):
-        command.selected_cells(_args("--stack", "s", "--model-path", str(ckpt), "--family", "llama"))
+        _cells(_args("--stack", "s", "--model-path", str(ckpt), "--family", "llama"))
 
 
 def test_pins_from_stacks_toml(tmp_path: pathlib.Path) -> None:
@@ -183,6 +188,10 @@ def test_skips_without_sm120(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyP
     assert report["status"] == "skipped" and "sm_90" in report["reason"] and report["cells"] == []
     assert report["families"] == ["llama", "qwen3", "qwen3-moe", "deepseek-v3", "glm4-moe", "glm5", "deepseek-v3.2"]
     assert not (tmp_path / "w" / "venv").exists()  # nothing installed
+    # The library returns the outcome and prints nothing; the command prints it.
+    outcome = runner.run(command.options(_args("--stack", "sglang-0.5.9", "--output", str(tmp_path / "lib"))))
+    assert outcome.status == "skipped" and "sm_90" in (outcome.reason or "") and outcome.exit_code == 0
+    assert capsys.readouterr().out == ""
 
 
 def test_skips_without_nvidia_smi(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
@@ -241,6 +250,11 @@ def test_device_check_and_missing_wheels(tmp_path: pathlib.Path, monkeypatch: py
     assert capsys.readouterr().out == "integration: 1 SM120 GPU(s) found\n"
     assert _run(tmp_path, monkeypatch, "--device-check", "--tp", "2") == 0
     assert capsys.readouterr().out.startswith(command.SKIPPED + " --tp 2 needs 2 SM120 GPUs")
+    assert _run(tmp_path, monkeypatch, "--device-check", "--json") == 0  # what nox -s integration reads
+    assert json.loads(capsys.readouterr().out) == {"tp": 1, "sm120_gpus": 1, "skip_reason": None}
+    assert _run(tmp_path, monkeypatch, "--device-check", "--json", "--tp", "2") == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["sm120_gpus"] == 1 and answer["skip_reason"].startswith("--tp 2 needs 2 SM120 GPUs")
     assert not (tmp_path / "out").exists()
     with pytest.raises(ConfigError, match=f"has no wheel for {re.escape(SGLANG_059)}: build them with "
                                           r"`nox -s wheels -- --stack sglang-0\.5\.9`"):
@@ -340,7 +354,7 @@ def test_nsa_on_newer_releases_and_cached_checkpoints(tmp_path: pathlib.Path, mo
     assert not (tmp_path / "w" / "venv-transformers-5.6.0").exists()
     calls = _calls(tmp_path / "calls.jsonl")
     assert sum(c["argv"][:2] == ["-m", "fp4graph.integration.checkpoint"] for c in calls) == 1
-    stamp = json.loads((tmp_path / "w" / "checkpoints" / "tiny-nvfp4-glm5" / command.STAMP).read_text())
+    stamp = json.loads((tmp_path / "w" / "checkpoints" / "tiny-nvfp4-glm5" / runner.STAMP).read_text())
     assert stamp["family"] == "glm5" and stamp["size"] == "serve"
 
     monkeypatch.setenv("FAKE_SGLANG_FAULTS", json.dumps([{"match": ["--enforce"], "fault": "no-capture"}]))

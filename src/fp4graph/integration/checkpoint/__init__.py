@@ -17,20 +17,18 @@ form (``convert_hf_quant_config_format``).  The tokenizer is byte-level (no merg
 with the ``tokenizers`` library, so nothing is downloaded.  The families and their tensors:
 :mod:`.families`.
 
-Run as ``python -m fp4graph.integration.checkpoint OUT_DIR --family NAME`` in a venv with
-torch, safetensors and tokenizers (the sglang venv has all three).
+Run as ``python -m fp4graph.integration.checkpoint OUT_DIR --family NAME`` (:mod:`.__main__`)
+in a venv with torch, safetensors and tokenizers (the sglang venv has all three).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .families import ACTIVATION_AMAX, FAMILIES, Family, Role, Size
+from ..families import ACTIVATION_AMAX, Family, Role, Size
 
 GROUP_SIZE = 16
 E2M1_MAX = 6.0
@@ -96,7 +94,7 @@ def quantize_nvfp4_batched(weights: Any, amax: Any) -> dict[str, Any]:
     call of the NVFP4 reference (verify.nvfp4) instead of n."""
     import torch
 
-    from ..verify import nvfp4
+    from ...verify import nvfp4
 
     w = weights.float()
     weight_scale_2 = (amax.float().clamp(min=1e-12) / (E2M1_MAX * E4M3_MAX)).to(torch.float32)
@@ -114,7 +112,7 @@ def quantize_nvfp4_batched(weights: Any, amax: Any) -> dict[str, Any]:
 
 def dequantize_nvfp4(tensors: Mapping[str, Any]) -> Any:
     """Inverse of :func:`quantize_nvfp4` (float32), for checks."""
-    from ..verify import nvfp4
+    from ...verify import nvfp4
 
     codes = nvfp4.unpack_e2m1(tensors["weight"])
     values = nvfp4.e2m1_decode(codes)
@@ -257,19 +255,3 @@ def write_checkpoint(
     )
     write_tokenizer(out, config["max_position_embeddings"])
     return out
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="write a tiny ModelOpt NVFP4 checkpoint")
-    parser.add_argument("out", type=pathlib.Path)
-    parser.add_argument("--family", choices=sorted(FAMILIES), default="llama")
-    parser.add_argument("--size", choices=[s.value for s in Size], default=Size.SERVE.value)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    path = write_checkpoint(args.out, FAMILIES[args.family], Size(args.size), args.seed)
-    print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
