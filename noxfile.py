@@ -53,12 +53,16 @@ def _stack(session: nox.Session) -> str:
 def _install_patched(session: nox.Session, stack: str, *, project: str | None = None) -> None:
     """Install the stack's patched wheels from wheels/ (built by `nox -s wheels`) and its torch."""
     session.install("-e", ".[test]")
-    args = ["-m", "fp4graph", "pins", stack, "--torch"]
-    if project:
-        args += ["--project", project]
-    pins = session.run("python", *args, silent=True).split()
+    pins = [p["requirement"] for p in _pins(session, stack, "--torch", *(["--project", project] if project else []))]
     session.install("--find-links", "wheels", *pins)
     session.run("python", "-m", "pip", "list", "--format=freeze", silent=False)
+
+
+def _pins(session: nox.Session, stack: str, *args: str) -> list[dict[str, object]]:
+    """``python -m fp4graph pins STACK --json``: each pin's project, version, requirement,
+    upstream_version and revision (stderr stays on the terminal)."""
+    out = session.run("python", "-m", "fp4graph", "pins", stack, *args, "--json", silent=True, stderr=None)
+    return list(json.loads(str(out))["pins"])
 
 
 def _install_test_env(session: nox.Session, torch: str = TORCH) -> None:
@@ -161,9 +165,8 @@ def bench(session: nox.Session) -> None:
     stack = _stack(session)
     _install_patched(session, stack, project="flashinfer-python")
     session.install("matplotlib")
-    pin = session.run("python", "-m", "fp4graph", "pins", stack, "--project",
-                      "flashinfer-python", silent=True).strip()
-    version = pin.split("==")[1].split("+")[0]
+    (pin,) = _pins(session, stack, "--project", "flashinfer-python")
+    version = str(pin["upstream_version"])
     pristine = session.run("python", "-m", "fp4graph", "fetch", "flashinfer-python", version,
                            silent=True).strip()
     session.run("python", "benchmarks/bench_fp4.py", "--pristine", pristine, *session.posargs)

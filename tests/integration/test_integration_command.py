@@ -18,8 +18,9 @@ import pytest
 from fp4graph import commands
 from fp4graph.commands import integration as command
 from fp4graph.integration import device, flags, options, plan, runner
-from fp4graph.model import stacks
+from fp4graph.model import manifest, stacks
 from fp4graph.model.errors import ConfigError
+from fp4graph.model.manifest import BuiltStack, Manifest, Pin
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 H200 = "NVIDIA H200, 9.0\n"
@@ -37,7 +38,7 @@ def _cells(args: argparse.Namespace) -> list[str]:
     return [c.id for c in options.selected_cells(command.options(args))]
 
 
-def _fake_repo(tmp: pathlib.Path, manifest: dict[str, object] | None = None) -> pathlib.Path:
+def _fake_repo(tmp: pathlib.Path, built: Manifest | None = None) -> pathlib.Path:
     repo = tmp / "repo"
     if repo.is_dir():
         return repo
@@ -46,9 +47,9 @@ def _fake_repo(tmp: pathlib.Path, manifest: dict[str, object] | None = None) -> 
     for version in ("0.5.9", "0.5.11"):
         (repo / "patches" / "sglang" / version).mkdir(parents=True)
         (repo / "patches" / "sglang" / version / "series").write_text("0001-x.patch\n")
-    if manifest is not None:
+    if built is not None:
         (repo / "wheels").mkdir()
-        (repo / "wheels" / "manifest.json").write_text(json.dumps(manifest))
+        manifest.write(repo / "wheels" / "manifest.json", built)
     return repo
 
 
@@ -91,10 +92,11 @@ def test_pins_from_stacks_toml(tmp_path: pathlib.Path) -> None:
 
 
 def test_pins_from_manifest(tmp_path: pathlib.Path) -> None:
-    manifest = {"stacks": [{"name": "sglang-0.5.9",
-                            "pins": ["sglang==0.5.9+fp4graph.3", "flashinfer-python==0.6.3+fp4graph.2"]}]}
-    pins = plan.stack_pins(_fake_repo(tmp_path, manifest), "sglang-0.5.9")
-    assert [p.version for p in pins.pins] == ["0.5.9+fp4graph.3", "0.6.3+fp4graph.2"]
+    pins = ("sglang==0.5.9+fp4graph.3", "flashinfer-python==0.6.3+fp4graph.2")
+    stack = BuiltStack(name="sglang-0.5.9", artifacts=(), pins=tuple(map(Pin.parse, pins)))
+    pins = plan.stack_pins(_fake_repo(tmp_path, Manifest(fp4graph="0", stacks=(stack,), artifacts={})), "sglang-0.5.9")
+    assert [str(p.version) for p in pins.pins] == ["0.5.9+fp4graph.3", "0.6.3+fp4graph.2"]
+    assert [p.revision for p in pins.pins] == [3, 2] and pins.sglang_version == "0.5.9"
     assert all(p.patched for p in pins.pins) and pins.source.endswith("manifest.json")
 
 
@@ -104,7 +106,7 @@ def test_unknown_stack(tmp_path: pathlib.Path) -> None:
 
 
 def test_install_commands(tmp_path: pathlib.Path) -> None:
-    repo = _fake_repo(tmp_path, {"stacks": []})
+    repo = _fake_repo(tmp_path, Manifest(fp4graph="0", stacks=(), artifacts={}))
     local = plan.make_plan(repo=repo, stack="sglang-0.5.9", work_dir=tmp_path / "w",
                            base_python="python3", wheels_dir=None, index_url=None)
     venv, _, install = local.commands()

@@ -10,7 +10,8 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
-from fp4graph.model import projects
+from fp4graph import cli
+from fp4graph.model import manifest, projects
 from fp4graph.model.config import Settings
 from fp4graph.wheels import build, repack
 
@@ -54,6 +55,28 @@ def test_wheels_dir_layout(built: Settings) -> None:
     assert fi["upstream_files"][0]["sha256"] == "0fe2de934a4b3690c543dafb03f38d7bb4a762431abe8ae4f7292d6fef10c65d"
     assert [p["name"] for p in fi["series"]["patches"]] == ["0001-add-fixture-marker.patch"]
     assert len(fi["series"]["sha256"]) == 64
+    assert manifest["format"] == 1
+
+
+def test_pins_of_the_built_stack(built: Settings, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``pins STACK`` prints what pip installs; ``--json`` spells each pin out (what the
+    nox sessions read)."""
+    monkeypatch.chdir(built.repo)
+    assert cli.main(["pins", STACK, "--torch"]) == 0
+    assert capsys.readouterr().out.split() == [
+        "sglang==0.5.9+fp4graph.1", "flashinfer-python==0.6.3+fp4graph.1", "torch==2.9.1",
+    ]
+    assert cli.main(["pins", STACK, "--project", "flashinfer-python", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"stack": STACK, "pins": [{
+        "project": "flashinfer-python", "version": "0.6.3+fp4graph.1", "requirement": "flashinfer-python==0.6.3+fp4graph.1",
+        "upstream_version": "0.6.3", "revision": 1,
+    }]}
+    assert cli.main(["pins", "sglang-0.5.11"]) == 2
+    assert capsys.readouterr().err == (
+        f"ManifestError: {built.wheels_dir / 'manifest.json'}: stack 'sglang-0.5.11' was not built; "
+        "built: sglang-0.5.9; build it with `nox -s wheels -- --stack sglang-0.5.11`\n"
+    )
 
 
 def test_index_pages_point_at_files_with_hashes(built: Settings) -> None:
@@ -162,8 +185,10 @@ def test_swap_cut_between_renames_is_recovered(built: Settings, tmp_path: pathli
 
 def test_artifact_without_series_is_listed_unpatched(checkout: Settings) -> None:
     (checkout.patches_dir / "sglang" / "0.5.9" / "series").unlink()
-    manifest = build.build(checkout, [STACK])
-    assert manifest["stacks"][0]["pins"] == ["sglang==0.5.9", "flashinfer-python==0.6.3+fp4graph.1"]  # type: ignore[index]
+    built = build.build(checkout, [STACK])
+    assert [p.requirement for p in built.stack(STACK).pins] == ["sglang==0.5.9", "flashinfer-python==0.6.3+fp4graph.1"]
+    assert [p.revision for p in built.stack(STACK).pins] == [None, 1]
+    assert manifest.read_built(checkout.wheels_dir) == built
     assert [p.name for p in checkout.wheels_dir.glob("*.whl")] == [FI]
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
 
-from ..model import stacks
 from ..wheels import build
 from . import common
 
@@ -16,16 +16,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("stack")
     parser.add_argument("--project", help="only this project's pin")
     parser.add_argument("--torch", action="store_true", help="add the stack's torch pin")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object: each pin's project, version, upstream version and revision")
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = common.settings(args)
-    pins = build.built_pins(settings.wheels_dir, args.stack)
-    if args.project:
-        pins = [p for p in pins if p.split("==")[0] == args.project]
-    if args.torch:
-        torch = stacks.load(settings.stacks_file).stack(args.stack).torch
-        if torch:
-            pins.append(f"torch=={torch}")
-    print("\n".join(pins))
+    pins = build.pins(common.settings(args), args.stack, project=args.project, torch=args.torch)
+    if args.json:
+        print(json.dumps({"stack": args.stack, "pins": [p.as_dict() for p in pins]}, indent=1))
+    else:
+        print("\n".join(p.requirement for p in pins))
     return 0

@@ -18,6 +18,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     manifest = build.build(common.settings(args), args.stack or None)
-    for stack in manifest["stacks"]:  # type: ignore[attr-defined]
-        print(f"{stack['name']}: " + " ".join(stack["pins"]))
+    for stack in manifest.stacks:
+        print(f"{stack.name}: " + " ".join(p.requirement for p in stack.pins))
     return 0

@@ -3,29 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import shlex
 from collections.abc import Sequence
 
-from ..model import stacks
+from packaging.version import Version
+
+from ..model import manifest, stacks
 from ..model.errors import ConfigError
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Pin:
-    """One requirement ``project==version`` (version carries ``+fp4graph.N`` when patched)."""
-
-    project: str
-    version: str
-
-    @property
-    def requirement(self) -> str:
-        return f"{self.project}=={self.version}"
-
-    @property
-    def patched(self) -> bool:
-        return "+fp4graph." in self.version
+from ..model.manifest import Pin
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -34,47 +20,35 @@ class StackPins:
     pins: tuple[Pin, ...]
     source: str  # where the versions were read: the manifest or stacks.toml
 
-    def version_of(self, project: str) -> str:
+    def pin_of(self, project: str) -> Pin:
         for pin in self.pins:
             if pin.project == project:
-                return pin.version
+                return pin
         raise ConfigError(f"stack {self.stack!r} has no {project} pin (read from {self.source})")
 
     @property
     def sglang_version(self) -> str:
         """The upstream sglang version (without the local label)."""
-        return self.version_of("sglang").split("+", 1)[0]
-
-
-def _parse_pin(text: str, where: str) -> Pin:
-    project, sep, version = text.partition("==")
-    if not sep or not project or not version:
-        raise ConfigError(f"{where}: pin {text!r} is not 'project==version'")
-    return Pin(project=project.strip(), version=version.strip())
+        return self.pin_of("sglang").upstream_version
 
 
 def stack_pins(repo: pathlib.Path, stack: str, wheels_dir: pathlib.Path | None = None) -> StackPins:
     """The pins of ``stack``: from ``wheels_dir/manifest.json`` when it lists the stack (what
     was built), else from patches/stacks.toml (patched version when a series exists)."""
-    manifest_path = (wheels_dir or repo / "wheels") / "manifest.json"
+    manifest_path = (wheels_dir or repo / "wheels") / manifest.FILENAME
     if manifest_path.is_file():
-        try:
-            manifest = json.loads(manifest_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{manifest_path}: not JSON ({exc}); rebuild with nox -s wheels") from None
-        for entry in manifest.get("stacks", []):
-            if entry.get("name") == stack:
-                listed = tuple(_parse_pin(p, str(manifest_path)) for p in entry.get("pins", []))
-                if not listed:
-                    raise ConfigError(f"{manifest_path}: stack {stack!r} lists no pins")
-                return StackPins(stack=stack, pins=listed, source=str(manifest_path))
+        built = manifest.read(manifest_path).find(stack)
+        if built is not None:
+            if not built.pins:
+                raise ConfigError(f"{manifest_path}: stack {stack!r} lists no pins")
+            return StackPins(stack=stack, pins=built.pins, source=str(manifest_path))
     catalog = stacks.load(repo / "patches" / "stacks.toml")
     chosen = catalog.stack(stack)
     pins = []
     for artifact in catalog.stack_artifacts(chosen):
         has_series = (repo / "patches" / artifact.project / artifact.version / "series").is_file()
         version = artifact.patched_version if has_series else artifact.version
-        pins.append(Pin(project=artifact.project, version=version))
+        pins.append(Pin(project=artifact.project, version=Version(version)))
     return StackPins(stack=stack, pins=tuple(pins), source=str(repo / "patches" / "stacks.toml"))
 
 

@@ -7,21 +7,30 @@ place at the end, so a failed or interrupted build leaves ``wheels/`` as it was.
 from __future__ import annotations
 
 import calendar
-import dataclasses
 import hashlib
 import importlib.metadata
-import json
 import pathlib
 import shutil
 import tempfile
 from collections.abc import Sequence
 
+from packaging.version import Version
+
 from .. import __version__
-from ..model import projects
+from ..model import manifest, projects
 from ..model.config import Settings
-from ..model.errors import BuildError, Fp4graphError, PatchError
+from ..model.errors import BuildError, PatchError
 from ..model.files import atomic_directory, recover
 from ..model.log import log
+from ..model.manifest import (
+    BuiltArtifact,
+    BuiltStack,
+    BuiltWheel,
+    Manifest,
+    PatchRecord,
+    Pin,
+    SeriesRecord,
+)
 from ..model.series import Series, load_series
 from ..model.stacks import Artifact, ArtifactFile, Catalog, load
 from . import apply, repack, trees
@@ -32,14 +41,6 @@ from .trees import build_tree
 
 # Zip timestamps of a series without a Last-Update date (2026-01-01).
 DEFAULT_EPOCH = 1767225600
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class BuiltWheel:
-    filename: str
-    sha256: str
-    upstream_filename: str
-    upstream_sha256: str
 
 
 def source_date_epoch(series: Series) -> int:
@@ -107,8 +108,18 @@ def _build_artifact(
         result = out / source.name
         shutil.copyfile(source, result)
         log(f"built {result.name}")
-        built.append(BuiltWheel(result.name, sha256_of(result), pinned.filename, pinned.sha256))
+        built.append(BuiltWheel(filename=result.name, sha256=sha256_of(result),
+                                upstream_filename=pinned.filename, upstream_sha256=pinned.sha256))
     return built
+
+
+def _series_record(artifact: Artifact, series: Series) -> SeriesRecord:
+    return SeriesRecord(
+        path=f"patches/{artifact.project}/{artifact.version}/series",
+        sha256=series.digest,
+        patches=tuple(PatchRecord(name=p.name, subject=p.subject, sha256=sha256_of(p.path))
+                      for p in series.patches),
+    )
 
 
 def _manifest(
@@ -116,52 +127,41 @@ def _manifest(
     stack_names: Sequence[str],
     series_of: dict[str, Series | None],
     built: dict[str, list[BuiltWheel]],
-) -> dict[str, object]:
+) -> Manifest:
     artifacts = {}
     for key, series in series_of.items():
         artifact = catalog.artifacts[key]
-        artifacts[key] = {
-            "project": artifact.project,
-            "upstream_version": artifact.version,
-            "version": artifact.patched_version if series else artifact.version,
-            "upstream_files": [dataclasses.asdict(f) for f in artifact.files],
-            "series": None
-            if series is None
-            else {
-                "path": f"patches/{artifact.project}/{artifact.version}/series",
-                "sha256": series.digest,
-                "patches": [
-                    {"name": p.name, "subject": p.subject, "sha256": sha256_of(p.path)}
-                    for p in series.patches
-                ],
-            },
-            "wheels": [dataclasses.asdict(w) for w in built.get(key, [])],
-        }
-    stacks = []
-    for name in stack_names:
-        stack = catalog.stack(name)
-        pins = [
-            f"{catalog.artifacts[k].project}=={artifacts[k]['version']}" for k in stack.artifacts
-        ]
-        stacks.append({"name": name, "artifacts": list(stack.artifacts), "pins": pins})
-    return {"fp4graph": __version__, "stacks": stacks, "artifacts": artifacts}
+        artifacts[key] = BuiltArtifact(
+            project=artifact.project,
+            upstream_version=artifact.version,
+            version=Version(artifact.patched_version if series else artifact.version),
+            upstream_files=artifact.files,
+            series=None if series is None else _series_record(artifact, series),
+            wheels=tuple(built.get(key, [])),
+        )
+    stacks = tuple(
+        BuiltStack(name=name, artifacts=catalog.stack(name).artifacts,
+                   pins=tuple(artifacts[k].pin for k in catalog.stack(name).artifacts))
+        for name in stack_names
+    )
+    return Manifest(fp4graph=__version__, stacks=stacks, artifacts=artifacts)
 
 
 def built_pins(wheels_dir: pathlib.Path, stack: str) -> list[str]:
     """The requirements that install ``stack`` as built (from ``wheels_dir/manifest.json``)."""
-    manifest_path = wheels_dir / "manifest.json"
-    if not manifest_path.exists():
-        raise Fp4graphError(f"{manifest_path}: no such file; run `nox -s wheels` first")
-    manifest = json.loads(manifest_path.read_text())
-    stacks = {s["name"]: s for s in manifest["stacks"]}
-    if stack not in stacks:
-        raise Fp4graphError(
-            f"{manifest_path}: stack {stack!r} was not built; built: {', '.join(stacks)}"
-        )
-    return list(stacks[stack]["pins"])
+    return [p.requirement for p in manifest.read_built(wheels_dir).stack(stack).pins]
 
 
-def build(settings: Settings, stack_names: Sequence[str] | None = None) -> dict[str, object]:
+def pins(settings: Settings, stack: str, *, project: str | None = None, torch: bool = False) -> tuple[Pin, ...]:
+    """The exact pins of ``stack`` as built (only ``project``'s, when given), and with
+    ``torch`` the stack's torch pin from patches/stacks.toml (when it has one)."""
+    found = tuple(p for p in manifest.read_built(settings.wheels_dir).stack(stack).pins
+                  if project is None or p.project == project)
+    version = load(settings.stacks_file).stack(stack).torch if torch else None
+    return (*found, Pin(project="torch", version=Version(version))) if version else found
+
+
+def build(settings: Settings, stack_names: Sequence[str] | None = None) -> Manifest:
     """Build every selected stack's patched wheels; return the manifest written."""
     catalog = load(settings.stacks_file)
     names = list(stack_names) if stack_names else [s.name for s in catalog.stacks]
@@ -199,6 +199,6 @@ def build(settings: Settings, stack_names: Sequence[str] | None = None) -> dict[
         write_index(staging)
         sums = [f"{w.sha256}  {w.filename}\n" for ws in built.values() for w in ws]
         (staging / "SHA256SUMS").write_text("".join(sorted(sums, key=lambda s: s[66:])))
-        manifest = _manifest(catalog, names, series_of, built)
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return manifest
+        written = _manifest(catalog, names, series_of, built)
+        manifest.write(staging / manifest.FILENAME, written)
+    return written

@@ -1,0 +1,281 @@
+"""``wheels/manifest.json``: what a build made, as typed records, with one reader and one writer.
+
+The file (``nox -s wheels`` writes it beside the wheels and the index)::
+
+    {"format": 1, "fp4graph": "0.1.0",
+     "stacks": [{"name": "sglang-0.5.9", "artifacts": ["sglang==0.5.9", ...],
+                 "pins": ["sglang==0.5.9+fp4graph.4", "flashinfer-python==0.6.3+fp4graph.3"]}],
+     "artifacts": {"sglang==0.5.9": {"project": "sglang", "upstream_version": "0.5.9",
+                                     "version": "0.5.9+fp4graph.4", "upstream_files": [...],
+                                     "series": {"path", "sha256", "patches": [...]} or null,
+                                     "wheels": [{"filename", "sha256", "upstream_filename",
+                                                 "upstream_sha256"}]}}}
+
+A pin is written ``project==version`` and read as a :class:`Pin` with a parsed
+:class:`~packaging.version.Version`: its series revision is the ``N`` of the local label
+``fp4graph.N``.  Manifests from before ``format`` was written read as format 1.
+
+A new field is one attribute on its record: the reader and writer follow the dataclass
+fields (a field with a default may be absent from older files; keys this version does not
+know are ignored, so an older fp4graph reads a newer manifest of the same format).
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import json
+import pathlib
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from packaging.version import InvalidVersion, Version
+
+from .errors import Fp4graphError
+from .files import write_atomic
+from .stacks import ArtifactFile
+
+FILENAME = "manifest.json"
+FORMAT = 1
+LOCAL_LABEL = "fp4graph"  # the local version label of a patched build: X+fp4graph.N
+
+
+class ManifestError(Fp4graphError):
+    """wheels/manifest.json is missing, malformed, of an unknown format or lacks a stack."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Pin:
+    """One exact requirement ``project==version``; a patched build's version is ``X+fp4graph.N``."""
+
+    project: str
+    version: Version
+
+    @classmethod
+    def parse(cls, requirement: str) -> Pin:
+        """``project==version``; a ValueError says what is wrong."""
+        project, sep, version = requirement.partition("==")
+        if not sep or not project.strip() or not version.strip():
+            raise ValueError(f"pin {requirement!r} is not 'project==version'")
+        try:
+            return cls(project=project.strip(), version=Version(version.strip()))
+        except InvalidVersion:
+            raise ValueError(f"pin {requirement!r}: {version.strip()!r} is not a PEP 440 version") from None
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.project}=={self.version}"
+
+    @property
+    def upstream_version(self) -> str:
+        """The version without its local label (the upstream release)."""
+        return self.version.public
+
+    @property
+    def revision(self) -> int | None:
+        """The ``N`` of a ``+fp4graph.N`` build; None for an upstream version."""
+        label, _, number = (self.version.local or "").partition(".")
+        return int(number) if label == LOCAL_LABEL and number.isdigit() else None
+
+    @property
+    def patched(self) -> bool:
+        return self.revision is not None
+
+    def to_json(self) -> str:
+        return self.requirement
+
+    @classmethod
+    def from_json(cls, value: object) -> Pin:
+        if not isinstance(value, str):
+            raise ValueError(f"pin {value!r} is not a string 'project==version'")
+        return cls.parse(value)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The pin spelled out (``pins --json``)."""
+        return {"project": self.project, "version": str(self.version), "requirement": self.requirement,
+                "upstream_version": self.upstream_version, "revision": self.revision}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class BuiltWheel:
+    filename: str
+    sha256: str
+    upstream_filename: str
+    upstream_sha256: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PatchRecord:
+    name: str
+    subject: str
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SeriesRecord:
+    path: str  # patches/<project>/<version>/series
+    sha256: str  # the series digest (model.series.Series.digest)
+    patches: tuple[PatchRecord, ...]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class BuiltArtifact:
+    """One pinned upstream release as built: its upstream files, series and patched wheels."""
+
+    project: str
+    upstream_version: str
+    version: Version  # X+fp4graph.N when a series was applied, else the upstream version
+    upstream_files: tuple[ArtifactFile, ...]
+    series: SeriesRecord | None
+    wheels: tuple[BuiltWheel, ...]
+
+    @property
+    def pin(self) -> Pin:
+        return Pin(project=self.project, version=self.version)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class BuiltStack:
+    """A stack as built: its artifacts (keys of :attr:`Manifest.artifacts`) and exact pins."""
+
+    name: str
+    artifacts: tuple[str, ...]
+    pins: tuple[Pin, ...]
+
+    def pin(self, project: str) -> Pin | None:
+        return next((p for p in self.pins if p.project == project), None)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Manifest:
+    fp4graph: str  # the engine version that wrote it
+    stacks: tuple[BuiltStack, ...]
+    artifacts: Mapping[str, BuiltArtifact]
+    format: int = FORMAT
+    # Where it was read from (for messages); not written.
+    path: pathlib.Path | None = dataclasses.field(default=None, compare=False, metadata={"json": False})
+
+    def find(self, name: str) -> BuiltStack | None:
+        return next((s for s in self.stacks if s.name == name), None)
+
+    def stack(self, name: str) -> BuiltStack:
+        found = self.find(name)
+        if found is None:
+            built = ", ".join(s.name for s in self.stacks) or "none"
+            raise ManifestError(f"{self.path or FILENAME}: stack {name!r} was not built; built: {built}; "
+                                f"build it with `nox -s wheels -- --stack {name}`")
+        return found
+
+    def to_json(self) -> dict[str, Any]:
+        encoded = _encode(self)
+        assert isinstance(encoded, dict)
+        return encoded
+
+
+def write(path: pathlib.Path, manifest: Manifest) -> None:
+    write_atomic(path, json.dumps(manifest.to_json(), indent=2, sort_keys=True) + "\n")
+
+
+def read(path: pathlib.Path) -> Manifest:
+    """The manifest at ``path``; a ManifestError names the file, the entry and what is wrong."""
+    fix = "rebuild it with `nox -s wheels`"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: no such file; run `nox -s wheels` first") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"{path}: not a JSON manifest ({exc}); {fix}") from None
+    written = data.get("format", FORMAT) if isinstance(data, dict) else FORMAT
+    if isinstance(written, int) and written > FORMAT:
+        raise ManifestError(f"{path}: format {written}, newer than this fp4graph reads ({FORMAT}); "
+                            "update fp4graph or rebuild the wheels with this one")
+    try:
+        manifest = _decode_record(Manifest, data, "")
+    except _Invalid as exc:
+        raise ManifestError(f"{path}: {exc.where or 'the top level'}: {exc.what}; {fix}") from None
+    return dataclasses.replace(manifest, path=path)
+
+
+def read_built(wheels_dir: pathlib.Path) -> Manifest:
+    """The manifest of the build in ``wheels_dir``."""
+    return read(wheels_dir / FILENAME)
+
+
+# --- the dataclass <-> JSON mapping, by field type ----------------------------------
+
+
+def _encode(value: object) -> object:
+    if isinstance(value, Pin):
+        return value.to_json()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _encode(getattr(value, f.name))
+                for f in dataclasses.fields(value) if f.metadata.get("json", True)}
+    if isinstance(value, Version):
+        return str(value)
+    if isinstance(value, tuple | list):
+        return [_encode(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _encode(v) for k, v in value.items()}
+    return value
+
+
+class _Invalid(Exception):
+    def __init__(self, where: str, what: str) -> None:
+        super().__init__(f"{where}: {what}")
+        self.where, self.what = where, what
+
+
+T = TypeVar("T")
+
+
+def _decode(kind: Any, value: object, where: str) -> Any:
+    """``value`` (parsed JSON) as ``kind``: a record, a tuple, a mapping, a Version or a scalar."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _decode(inner, value, where)
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise _Invalid(where, f"expected a list, got {value!r}")
+        return tuple(_decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is collections.abc.Mapping:
+        if not isinstance(value, dict):
+            raise _Invalid(where, f"expected an object, got {value!r}")
+        return {k: _decode(args[1], v, f"{where}[{k!r}]") for k, v in value.items()}
+    if kind is Pin:
+        try:
+            return Pin.from_json(value)
+        except ValueError as exc:
+            raise _Invalid(where, str(exc)) from None
+    if kind is Version:
+        if not isinstance(value, str):
+            raise _Invalid(where, f"expected a version string, got {value!r}")
+        try:
+            return Version(value)
+        except InvalidVersion:
+            raise _Invalid(where, f"{value!r} is not a PEP 440 version") from None
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        return _decode_record(kind, value, where)
+    if kind in (str, int) and isinstance(value, kind) and not isinstance(value, bool):
+        return value
+    raise _Invalid(where, f"expected {getattr(kind, '__name__', kind)}, got {value!r}")
+
+
+def _decode_record(kind: type[T], value: object, where: str) -> T:
+    if not isinstance(value, dict):
+        raise _Invalid(where, f"expected an object, got {value!r}")
+    hints = typing.get_type_hints(kind)
+    given: dict[str, Any] = {}
+    for f in dataclasses.fields(kind):  # type: ignore[arg-type]
+        if not f.metadata.get("json", True):
+            continue
+        inside = f"{where}.{f.name}" if where else f.name
+        if f.name in value:
+            given[f.name] = _decode(hints[f.name], value[f.name], inside)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise _Invalid(where, f"no {f.name!r}")
+    return kind(**given)
