@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from fp4graph.forward import drift
+from fp4graph.model import projects
 from fp4graph.model.config import Settings
 from fp4graph.model.series import Patch, Series
+from fp4graph.wheels.apply import split_diff
 
 from .conftest import FI, FIXTURES
 
@@ -33,7 +35,7 @@ def release_files(settings: Settings, source: pathlib.Path, version: str = "0.7.
                             url="file:///nonexistent/never-read.whl")
     files = drift.ReleaseFiles(settings, release)
     known = {}
-    for member in drift.registry.get(FI).upstream_fixes[0].members:
+    for member in projects.get(FI).upstream_fixes[0].members:
         present = (source / member).is_file()
         known[member] = present
         if present:
@@ -47,7 +49,7 @@ def release_files(settings: Settings, source: pathlib.Path, version: str = "0.7.
 def classify(checkout: Settings, tmp_path: pathlib.Path, name: str) -> drift.Cell:
     series = Series(project=FI, version="0.6.3", directory=DRIFT, patches=(PATCH,))
     files = release_files(checkout, DRIFT / name)
-    files.ensure({d.repo_path for d in drift.split_diff(PATCH)})  # all known: reads nothing
+    files.ensure({d.repo_path for d in split_diff(PATCH)})  # all known: reads nothing
     (cell,) = drift.classify_release(files, series, tmp_path)
     return cell
 
