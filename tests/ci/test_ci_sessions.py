@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shlex
 import subprocess
 import sys
@@ -42,3 +43,11 @@ def test_ci_runs_the_tests_then_every_other_session() -> None:
     every = {n.split("(", 1)[0] for n in session_names(listing)}
     missing = sorted(every - called(RUN) - called(SESSIONS))
     assert not missing, f".ci/sessions does not run {missing}: add a line for each"
+
+
+def test_the_scripts_cite_only_files_the_repository_has() -> None:
+    """A guide or file named in a comment of .ci/ exists (relative to the repository root)."""
+    for script in (RUN, SESSIONS):
+        cited = re.findall(r"[\w./-]+\.(?:md|toml|txt|py)\b", script.read_text(encoding="utf-8"))
+        missing = [name for name in cited if not (REPO / name).exists()]
+        assert not missing, f"{script.relative_to(REPO)} cites {missing}, which the repository lacks"
