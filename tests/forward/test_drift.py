@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 
+from fp4graph import cli
 from fp4graph.forward import drift
 from fp4graph.model.config import Settings
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_drift_classifies_and_caches(
-    checkout: Settings, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    checkout: Settings, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings = dataclasses.replace(checkout, cache_dir=tmp_path / "cache")
     # already-upstream first: after the marker patch its context would differ
@@ -61,3 +62,18 @@ def test_drift_classifies_and_caches(
     monkeypatch.setattr(urllib.request, "urlopen", no_network)
     again, _ = drift.drift(settings, only=only)
     assert again == cells
+
+    # the command over the cache: the matrix, the counts and the reports; an issue that cannot
+    # be updated (no `gh`) fails after them, naming what is missing
+    monkeypatch.chdir(settings.repo)
+    monkeypatch.setenv("FP4GRAPH_CACHE", str(settings.cache_dir))
+    monkeypatch.setattr(drift.report.shutil, "which", lambda name: None)
+    code = cli.main(["drift", "--project", FI, "--release", "0.6.3", "--offline", "--out", str(tmp_path / "cmd"),
+                     "--github-issue", "fp4graph-drift"])
+    printed = capsys.readouterr()
+    assert code == 2, printed
+    lines = printed.out.splitlines()
+    assert lines[0] == FI and lines[1].split()[:3] == ["0.6.3", "series", "0.6.3"]
+    assert lines[-1].startswith("1 applies, 1 upstream, 0 superseded, 1 conflicts, 0 unchecked; ")
+    assert lines[-1].endswith(f"wrote {tmp_path / 'cmd' / 'drift.md'}, {tmp_path / 'cmd' / 'drift.json'}")
+    assert printed.err == "Fp4graphError: --github-issue needs the GitHub CLI `gh` on PATH\n"

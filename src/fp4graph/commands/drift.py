@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import time
 
 from ..forward import drift
 from ..model import projects
@@ -29,19 +28,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = common.settings(args)
-    started = time.monotonic()
-    names = args.project or projects.NAMES
-    only = {p: args.release for p in names} if args.release else None
-    cells, notes = drift.drift(settings, names, refresh=args.refresh, offline=args.offline, only=only)
-    out = args.out or settings.wheels_dir / "reports"
-    drift.write_reports(out, cells, notes)
-    print(drift.text_matrix(cells) if cells else "no series to check")
-    for note in notes:
+    options = drift.DriftOptions(
+        projects=tuple(args.project or projects.NAMES), releases=tuple(args.release or ()), out=args.out,
+        refresh=args.refresh, offline=args.offline, github_issue=args.github_issue,
+    )
+    result = drift.run_drift(common.settings(args), options)
+    print(drift.text_matrix(result.cells) if result.cells else "no series to check")
+    for note in result.notes:
         print(note)
-    counts = {s: sum(c.status == s for c in cells) for s in drift.STATUSES}
-    print(", ".join(f"{n} {s}" for s, n in counts.items())
-          + f"; {time.monotonic() - started:.1f}s; wrote {out / 'drift.md'}, {out / 'drift.json'}")
-    if args.github_issue:
-        print(drift.report_to_github(settings, args.github_issue, cells))
+    md, js = result.reports
+    print(", ".join(f"{n} {s}" for s, n in result.counts().items())
+          + f"; {result.seconds:.1f}s; wrote {md}, {js}")
+    if result.issue_failure is not None:
+        raise result.issue_failure
+    if result.issue is not None:
+        print(result.issue)
     return 0

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..model import stacks
-from ..model.errors import Fp4graphError
 from ..wheels import fetch
 from . import common
 
@@ -22,10 +20,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = common.settings(args)
-    artifact = stacks.load(settings.stacks_file).artifact(args.project, args.version)
-    pinned = artifact.sdist if args.sdist else artifact.file(args.file)
-    if pinned is None:
-        raise Fp4graphError(f"{artifact.key} pins no sdist in patches/stacks.toml")
-    print(fetch.fetch(settings, artifact.project, pinned))
+    print(fetch.fetch_pinned(common.settings(args), args.project, args.version, filename=args.file, sdist=args.sdist))
     return 0

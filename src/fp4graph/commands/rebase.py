@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import tempfile
 
 from ..forward import rebase
 from ..model import projects
-from ..model.errors import ConfigError
 from . import common
 
 NAME = "rebase"
@@ -29,22 +27,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = common.settings(args)
-    out = args.out or settings.patches_dir / args.project / args.to_version
-    if out.exists() and not args.force:
-        raise ConfigError(f"{out}: exists; pass --force to replace it or --out elsewhere")
-    work = args.work_dir or pathlib.Path(tempfile.mkdtemp(prefix="fp4graph-rebase-"))
-    work.mkdir(parents=True, exist_ok=True)
-    results = rebase.rebase(settings, args.project, args.from_version, args.to_version, out,
-                            work_dir=work, replace_work=args.force)
-    human = [r for r in results if r.status != "carried"]
-    for r in results:
+    options = rebase.RebaseOptions(project=args.project, from_version=args.from_version,
+                                   to_version=args.to_version, out=args.out, work_dir=args.work_dir,
+                                   force=args.force)
+    result = rebase.run_rebase(common.settings(args), options)
+    for r in result.carried:
         print(f"{r.name}: {r.status}: {r.detail}")
-    unresolved = sum(r.status in ("conflict", "pending") for r in results)
-    print(f"rebase: {len(results) - len(human)} carried, {len(human)} need a human "
-          f"({unresolved} written as unresolved: lint and the build refuse them); "
-          f"series in {out}; repositories in {work}")
-    if not unresolved:
-        print(f"next: `python -m fp4graph refresh {args.project} {args.to_version} --work-dir {work}` "
+    human = len(result.need_a_human)
+    print(f"rebase: {len(result.carried) - human} carried, {human} need a human "
+          f"({result.unresolved} written as unresolved: lint and the build refuse them); "
+          f"series in {result.out}; repositories in {result.work_dir}")
+    if not result.unresolved:
+        print(f"next: `python -m fp4graph refresh {args.project} {args.to_version} --work-dir {result.work_dir}` "
               "after any fix-up commit, then the simulation tests of the new version")
     return 1 if human else 0

@@ -7,7 +7,6 @@ import pathlib
 
 from ..forward import rebase, refresh
 from ..model import projects
-from ..model.errors import ConfigError
 from . import common
 
 NAME = "refresh"
@@ -27,16 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = common.settings(args)
-    if (args.repo is None) == (args.work_dir is None):
-        raise ConfigError("refresh needs one of --work-dir (rebase's) or --repo")
-    repo = args.repo or args.work_dir / f"to-{args.version}"
-    out = args.out or settings.patches_dir / args.project / args.version
-    results = refresh.refresh(args.project, args.version, repo, out, base=args.base, drop=args.drop)
-    for r in results:
+    options = refresh.RefreshOptions(project=args.project, version=args.version, work_dir=args.work_dir,
+                                     repo=args.repo, base=args.base, out=args.out, drop=tuple(args.drop))
+    result = refresh.run_refresh(common.settings(args).patches_dir, options)
+    for r in result.patches:
         print(f"{r.name}: {r.status}: {r.topic}: {r.detail}")
-    changed = sum(r.status != "unchanged" for r in results)
-    print(f"refresh: {len(results)} patch(es), {changed} changed; series in {out}")
-    if changed:
+    print(f"refresh: {len(result.patches)} patch(es), {result.changed} changed; series in {result.out}")
+    if result.changed:
         print("bump `revision` in patches/stacks.toml if this version was ever published")
     return 0

@@ -45,15 +45,13 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_tests:
             print("\n".join(prs.test_requirements(settings, args.project, args.version)))
         return 0
-    out = args.out
-    if out is None:
-        shown = args.version or prs.target_artifact(settings, args.project, None).version
-        out = settings.wheels_dir / "upstream" / f"{args.project}-{shown}"
-    result = prs.prepare(
-        settings, args.project, out, version=args.version, repo=args.repo, base=args.base,
-        run_checks=not args.no_checks, tools=args.tools, run_tests=not args.no_tests,
-        python=args.python, tests_must_run=args.tests_must_run,
+    options = prs.UpstreamOptions(
+        project=args.project, version=args.version, repo=args.repo, base=args.base, out=args.out,
+        run_checks=not args.no_checks, tools=args.tools, run_tests=not args.no_tests, python=args.python,
+        tests_must_run=args.tests_must_run, push_to=args.remote if args.push else None,
     )
+    done = prs.run_upstream(settings, options)
+    result = done.prepared
     print(f"{result.project} {result.version}: series {result.series_version}, source {result.origin}")
     for pr in result.prs:
         print(f"  {pr.branch}  {pr.commit[:12]}  {pr.patch.subject}")
@@ -62,12 +60,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"  check {c.hook}: {status} ({len(c.files)} file(s))")
     for t in result.tests:
         print(f"  test {t.path}: {t.outcome}")
-    print(f"wrote {out} (summary.md, prs/*/PR.md, repo/)")
-    if args.push:
-        if not result.ok:
-            print("not pushing: checks or tests failed", file=sys.stderr)
-            return 1
-        prs.push(result, args.remote, args.repo)
+    print(f"wrote {done.out} (summary.md, prs/*/PR.md, repo/)")
+    if done.push_refused:
+        print(f"not pushing: {done.push_refused}", file=sys.stderr)
+        return 1
+    if done.push_failure is not None:
+        raise done.push_failure
+    if done.pushed:
         print(f"pushed {len(result.prs)} branch(es) to {args.remote}")
     else:
         print("dry run: nothing pushed (use --push --remote R)")

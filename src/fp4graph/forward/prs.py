@@ -35,7 +35,7 @@ from packaging.version import Version
 
 from ..model import projects
 from ..model.config import Settings
-from ..model.errors import ConfigError
+from ..model.errors import ConfigError, Fp4graphError
 from ..model.files import atomic_directory
 from ..model.log import log
 from ..model.series import DEP3_FIELD, Patch, Series, nearest_series
@@ -504,3 +504,52 @@ def push(result: Result, remote: str, repo: pathlib.Path | None) -> None:
         url = git(repo, "remote", "get-url", remote).stdout.strip()
     for pr in result.prs:
         git(result.repo, "push", url, f"{pr.branch}:refs/heads/{pr.branch}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class UpstreamOptions:
+    """``upstream PROJECT``: the PR branches of a series, checked, optionally pushed."""
+
+    project: str
+    version: str | None = None  # default: the newest pinned version
+    repo: pathlib.Path | None = None  # a local clone of upstream (default: the pinned sdist)
+    base: str | None = None  # the commit to apply the series on (default: tag v<version>)
+    out: pathlib.Path | None = None  # default wheels/upstream/<project>-<version>
+    run_checks: bool = True
+    tools: str = "auto"
+    run_tests: bool = True
+    python: str = sys.executable
+    tests_must_run: bool = False
+    push_to: str | None = None  # push the branches there (a URL or a remote name of ``repo``)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class UpstreamResult:
+    prepared: Result
+    out: pathlib.Path
+    pushed: bool = False
+    push_refused: str | None = None  # why nothing was pushed although asked
+    push_failure: Fp4graphError | None = None  # the push failed (``out`` is written)
+
+
+def run_upstream(settings: Settings, options: UpstreamOptions) -> UpstreamResult:
+    """:func:`prepare` into ``out``, then :func:`push` when asked and everything passed."""
+    out = options.out
+    if out is None:
+        shown = options.version or target_artifact(settings, options.project, None).version
+        out = settings.wheels_dir / "upstream" / f"{options.project}-{shown}"
+    prepared = prepare(
+        settings, options.project, out, version=options.version, repo=options.repo, base=options.base,
+        run_checks=options.run_checks, tools=options.tools, run_tests=options.run_tests,
+        python=options.python, tests_must_run=options.tests_must_run,
+    )
+    done = UpstreamResult(prepared=prepared, out=out)
+    if options.push_to is None:
+        return done
+    if not prepared.ok:
+        return dataclasses.replace(done, push_refused="checks or tests failed")
+    try:
+        push(prepared, options.push_to, options.repo)
+    except Fp4graphError as exc:
+        return dataclasses.replace(done, push_failure=exc)
+    return dataclasses.replace(done, pushed=True)

@@ -27,6 +27,7 @@ import datetime
 import pathlib
 import re
 import shutil
+import tempfile
 
 from ..model.config import Settings
 from ..model.errors import ConfigError, PatchError
@@ -201,3 +202,43 @@ def rebase(
         (staging / SERIES_FILE).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     log(f"rebase: wrote {len(texts)} patch(es) to {out_dir}, {len(series.patches) - stopped_at} unresolved")
     return results
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RebaseOptions:
+    """``rebase PROJECT A B``: carry A's series to B."""
+
+    project: str
+    from_version: str
+    to_version: str
+    out: pathlib.Path | None = None  # default patches/<project>/<B>/; refused if it exists
+    work_dir: pathlib.Path | None = None  # default: a new temporary directory
+    force: bool = False  # replace an existing ``out`` and the work repositories of an earlier run
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RebaseResult:
+    carried: tuple[Carried, ...]
+    out: pathlib.Path  # B's series
+    work_dir: pathlib.Path  # the git repositories (W/from-A, W/to-B)
+
+    @property
+    def need_a_human(self) -> tuple[Carried, ...]:
+        return tuple(r for r in self.carried if r.status != "carried")
+
+    @property
+    def unresolved(self) -> int:
+        """Patches written as ``unresolved`` lines (lint and the build refuse them)."""
+        return sum(r.status in ("conflict", "pending") for r in self.carried)
+
+
+def run_rebase(settings: Settings, options: RebaseOptions) -> RebaseResult:
+    """:func:`rebase` with the command's defaults: B's series into patches/, repositories
+    into a new temporary directory; an existing series is replaced only with ``force``."""
+    out = options.out or settings.patches_dir / options.project / options.to_version
+    if out.exists() and not options.force:
+        raise ConfigError(f"{out}: exists; pass --force to replace it or --out elsewhere")
+    work = options.work_dir or pathlib.Path(tempfile.mkdtemp(prefix="fp4graph-rebase-"))
+    carried = rebase(settings, options.project, options.from_version, options.to_version, out,
+                     work_dir=work, replace_work=options.force)
+    return RebaseResult(carried=tuple(carried), out=out, work_dir=work)

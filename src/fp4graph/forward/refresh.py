@@ -144,3 +144,39 @@ def refresh(
                                            encoding="utf-8")
     log(f"refresh: wrote {len(texts)} patch(es) to {out_dir}")
     return results
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RefreshOptions:
+    """``refresh PROJECT VERSION``: from rebase's ``work_dir`` (its ``to-<version>/``) or any ``repo``."""
+
+    project: str
+    version: str
+    work_dir: pathlib.Path | None = None
+    repo: pathlib.Path | None = None
+    base: str | None = None  # the pristine commit (default BASE_REF)
+    out: pathlib.Path | None = None  # default patches/<project>/<version>/
+    drop: tuple[str, ...] = ()  # topics of the old series to drop on purpose
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RefreshResult:
+    patches: tuple[Refreshed, ...]
+    out: pathlib.Path
+
+    @property
+    def changed(self) -> int:
+        return sum(r.status != "unchanged" for r in self.patches)
+
+
+def run_refresh(patches_dir: pathlib.Path, options: RefreshOptions) -> RefreshResult:
+    """:func:`refresh` with the command's defaults (the series into ``patches_dir``)."""
+    if options.repo is not None and options.work_dir is None:
+        repo = options.repo
+    elif options.work_dir is not None and options.repo is None:
+        repo = options.work_dir / f"to-{options.version}"
+    else:
+        raise ConfigError("refresh needs one of --work-dir (rebase's) or --repo")
+    out = options.out or patches_dir / options.project / options.version
+    patches = refresh(options.project, options.version, repo, out, base=options.base, drop=options.drop)
+    return RefreshResult(patches=tuple(patches), out=out)

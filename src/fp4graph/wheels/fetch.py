@@ -16,10 +16,10 @@ import urllib.request
 from packaging.utils import canonicalize_name
 
 from ..model.config import Settings
-from ..model.errors import FetchError, HashMismatchError
+from ..model.errors import FetchError, Fp4graphError, HashMismatchError
 from ..model.files import atomic_file
 from ..model.log import log
-from ..model.stacks import ArtifactFile
+from ..model.stacks import ArtifactFile, load
 
 _ACCEPT = (
     "application/vnd.pypi.simple.v1+json, "
@@ -171,3 +171,15 @@ def fetch(settings: Settings, project: str, pinned: ArtifactFile) -> pathlib.Pat
             _download(url, tmp)
         verify(tmp, pinned)
     return cached
+
+
+def fetch_pinned(
+    settings: Settings, project: str, version: str, *, filename: str | None = None, sdist: bool = False
+) -> pathlib.Path:
+    """The cached, verified path of a file patches/stacks.toml pins for ``project`` ``version``:
+    the wheel ``filename`` (default the first), or the sdist."""
+    artifact = load(settings.stacks_file).artifact(project, version)
+    pinned = artifact.sdist if sdist else artifact.file(filename)
+    if pinned is None:
+        raise Fp4graphError(f"{artifact.key} pins no sdist in patches/stacks.toml")
+    return fetch(settings, artifact.project, pinned)

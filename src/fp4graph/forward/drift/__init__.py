@@ -25,7 +25,8 @@ extracted file are cached under ``<cache>/drift/``; a second run reads no artifa
 The jobs, one module each: :mod:`.releases` (the release list), :mod:`.http_zip` (a remote
 wheel read by range requests), :mod:`.release_files` (the cached files of a release),
 :mod:`.upstream_fixes` (upstream's own fixes, by their evidence), :mod:`.classify` (a status
-per patch and release) and :mod:`.report` (the matrix, drift.md / drift.json, the issue).
+per patch and release), :mod:`.report` (the matrix, drift.md / drift.json, the issue) and
+:mod:`.workflow` (the command's run: classify, report, update the issue).
 """
 
 from .classify import STATUSES, Cell, classify_release, drift
@@ -33,9 +34,10 @@ from .release_files import ReleaseFiles
 from .releases import Release, cached_file_urls, releases
 from .report import SYMBOL, markdown, needs_attention, report_to_github, text_matrix, write_reports
 from .upstream_fixes import Finding, detect_fixes, function_source, holds, superseding
+from .workflow import DriftOptions, DriftResult, run_drift
 
 __all__ = [
-    "STATUSES", "SYMBOL", "Cell", "Finding", "Release", "ReleaseFiles", "cached_file_urls",
+    "STATUSES", "SYMBOL", "Cell", "DriftOptions", "DriftResult", "Finding", "Release", "ReleaseFiles", "cached_file_urls",
     "classify_release", "detect_fixes", "drift", "function_source", "holds", "markdown",
-    "needs_attention", "releases", "report_to_github", "superseding", "text_matrix", "write_reports",
+    "needs_attention", "releases", "report_to_github", "run_drift", "superseding", "text_matrix", "write_reports",
 ]
