@@ -9,7 +9,8 @@ Three jobs, three rooms, over what they share (:mod:`fp4graph.model`):
 - :mod:`fp4graph.verify`: check the fix without the hardware (the SM120 simulation, the
   NVFP4 reference); :mod:`fp4graph.integration` runs it on a real SM120 GPU.
 
-:mod:`fp4graph.cli` is the command line over all of them.
+:mod:`fp4graph.cli` is the command line over all of them, one module per command in
+:mod:`fp4graph.commands`.
 """
 
 __all__ = ["__version__"]
