@@ -150,6 +150,11 @@ FLASHINFER = Project(
         RequiredTopic(name="fp4-warmup", why="flashinfer.fp4_warmup and the JIT-while-tracing error"),
         RequiredTopic(name="cutlass-moe-op", why="cutlass_fused_moe traces as an op"),
         RequiredTopic(name="trtllm-moe-ops", why="trtllm_fp4_block_scale_(routed_)moe trace as ops"),
+        # Without it a +fp4graph build does not import beside flashinfer-cubin of its release
+        # (0.6.x raises; 0.7.x ignores the cubin and jit-cache packages), which sglang pins.
+        RequiredTopic(name="kernel-package-version",
+                      why="flashinfer-cubin and flashinfer-jit-cache of the same release are "
+                          "accepted beside the +fp4graph local version"),
     ),
     linked_issues=(
         "https://github.com/flashinfer-ai/flashinfer/issues/2999",
