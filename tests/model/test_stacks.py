@@ -9,6 +9,8 @@ from harness.checkout import REPO
 
 WHEEL = "flashinfer_python-0.6.3-py3-none-any.whl"
 SHA = "0fe2de934a4b3690c543dafb03f38d7bb4a762431abe8ae4f7292d6fef10c65d"
+CUBIN = "flashinfer_cubin-0.6.3-py3-none-any.whl"
+CUBIN_SHA = "64ecd1e3084c78bfc958e90132d5dffcaf9d2cb4d52bfecde4c1b040e5b024d6"
 
 
 def artifact(**overrides: object) -> dict[str, object]:
@@ -44,6 +46,11 @@ def test_repository_stacks_parse() -> None:
         assert {"sglang": "sglang", "flashinfer": "flashinfer-python"}[project] + "==" + version in (
             stack.artifacts
         ), stack
+    for entry in raw["artifact"]:
+        artifact = catalog.artifact(entry["project"], entry["version"])
+        assert [f.filename for f in artifact.companions] == [
+            f["filename"] for f in entry.get("companions", [])
+        ]
     # sglang >= 0.5.11 ships one wheel per CPython: each is pinned on its own.
     sg = catalog.artifact("sglang", "0.5.11")
     assert [f.filename.split("-")[2] for f in sg.files] == ["cp310", "cp311", "cp312"]
@@ -87,6 +94,31 @@ def test_versions_by_torch_groups_the_stacks_by_their_torch_pin() -> None:
         pytest.param(artifact(version="0.6.3+local"), "without a local label", id="local-version-pin"),
         pytest.param(artifact(revision=0), "revision must be >= 1", id="revision-zero"),
         pytest.param(artifact(files=[]), "must list the wheels", id="no-files"),
+        pytest.param(
+            artifact(companions=[{"filename": "flashinfer_cubin-0.6.3.tar.gz", "sha256": CUBIN_SHA}]),
+            "companion 'flashinfer_cubin-0.6.3.tar.gz' is not a wheel",
+            id="companion-sdist",
+        ),
+        pytest.param(
+            artifact(companions=[{"filename": WHEEL, "sha256": SHA}]),
+            "pin one wheel per other project",
+            id="companion-of-itself",
+        ),
+        pytest.param(
+            artifact(companions=[{"filename": CUBIN, "sha256": CUBIN_SHA}] * 2),
+            "pin one wheel per other project",
+            id="companion-twice",
+        ),
+        pytest.param(
+            artifact(companions=[{"filename": CUBIN, "sha256": "0" * 63}]),
+            "sha256 must be 64 hex digits",
+            id="companion-short-hash",
+        ),
+        pytest.param(
+            artifact(companions={"filename": CUBIN, "sha256": CUBIN_SHA}),
+            "companions must be a list",
+            id="companions-not-a-list",
+        ),
     ],
 )
 def test_bad_artifact_is_rejected(raw: dict[str, object], match: str) -> None:
@@ -104,3 +136,16 @@ def test_unknown_artifact_lookup_lists_pins() -> None:
     catalog = stacks.parse({"artifact": [artifact()]})
     with pytest.raises(ConfigError, match=r"flashinfer-python 9.9 is not pinned.*flashinfer-python==0.6.3"):
         catalog.artifact("flashinfer-python", "9.9")
+
+
+def test_companions_are_pinned_beside_the_artifact_and_never_built() -> None:
+    """A companion (flashinfer-cubin beside flashinfer-python) is found by its project name,
+    any spelling; it is not one of the artifact's files, so nothing patches or builds it."""
+    raw = artifact(companions=[{"filename": CUBIN, "sha256": CUBIN_SHA.upper()}])
+    fi = stacks.parse({"artifact": [raw]}).artifact("flashinfer-python", "0.6.3")
+    pinned = stacks.ArtifactFile(filename=CUBIN, sha256=CUBIN_SHA)
+    assert fi.companions == (pinned,) and pinned.project == "flashinfer-cubin"
+    assert fi.companion("flashinfer_cubin") == fi.companion("Flashinfer-Cubin") == pinned
+    assert fi.companion("flashinfer-jit-cache") is None
+    assert [f.filename for f in fi.files] == [WHEEL]
+    assert stacks.parse({"artifact": [artifact()]}).artifact("flashinfer-python", "0.6.3").companions == ()

@@ -30,6 +30,13 @@ class ArtifactFile:
     def is_wheel(self) -> bool:
         return self.filename.endswith(".whl")
 
+    @property
+    def project(self) -> str:
+        """The canonical project name the file's name carries."""
+        if self.is_wheel:
+            return str(parse_wheel_filename(self.filename)[0])
+        return str(parse_sdist_filename(self.filename)[0])
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class SourcePin:
@@ -54,6 +61,10 @@ class Artifact:
     files: tuple[ArtifactFile, ...]
     sdist: ArtifactFile | None = None
     source: SourcePin | None = None
+    # Wheels of other projects that install beside this release (flashinfer-cubin of the
+    # same flashinfer release, which sglang pins), pinned for the tests: never patched,
+    # built or served.
+    companions: tuple[ArtifactFile, ...] = ()
 
     @property
     def key(self) -> str:
@@ -78,6 +89,11 @@ class Artifact:
             f"{self.key} pins no file {filename!r}; pinned: "
             + ", ".join(f.filename for f in self.files)
         )
+
+    def companion(self, project: str) -> ArtifactFile | None:
+        """The companion wheel of ``project`` (any spelling PyPI accepts), if one is pinned."""
+        wanted = canonicalize_name(project)
+        return next((f for f in self.companions if f.project == wanted), None)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -126,7 +142,8 @@ class Catalog:
         return [self.artifacts[key] for key in stack.artifacts]
 
 
-def _file(raw: Any, where: str, project: str, version: str) -> ArtifactFile:
+def _pinned_file(raw: Any, where: str) -> tuple[ArtifactFile, str, Version]:
+    """A ``{ filename, sha256 }`` entry, and the project and version its name carries."""
     if not isinstance(raw, dict) or set(raw) != {"filename", "sha256"}:
         raise ConfigError(f"{where}: each file needs exactly 'filename' and 'sha256', got {raw!r}")
     filename, sha256 = str(raw["filename"]), str(raw["sha256"]).lower()
@@ -139,9 +156,32 @@ def _file(raw: Any, where: str, project: str, version: str) -> ArtifactFile:
             name, file_version = parse_sdist_filename(filename)
     except ValueError as exc:
         raise ConfigError(f"{where}: {filename!r} is not a wheel or sdist name: {exc}") from None
+    return ArtifactFile(filename=filename, sha256=sha256), str(name), file_version
+
+
+def _file(raw: Any, where: str, project: str, version: str) -> ArtifactFile:
+    pinned, name, file_version = _pinned_file(raw, where)
     if name != canonicalize_name(project) or file_version != Version(version):
-        raise ConfigError(f"{where}: {filename!r} is not a file of {project} {version}")
-    return ArtifactFile(filename=filename, sha256=sha256)
+        raise ConfigError(f"{where}: {pinned.filename!r} is not a file of {project} {version}")
+    return pinned
+
+
+def _companions(raw: Any, where: str, project: str) -> tuple[ArtifactFile, ...]:
+    """The ``companions`` list: wheels of other projects, one per project."""
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}: companions must be a list of {{ filename, sha256 }}, got {raw!r}")
+    out: list[ArtifactFile] = []
+    for entry in raw:
+        pinned, name, _ = _pinned_file(entry, where)
+        if not pinned.is_wheel:
+            raise ConfigError(f"{where}: companion {pinned.filename!r} is not a wheel")
+        if name == canonicalize_name(project) or name in (f.project for f in out):
+            raise ConfigError(
+                f"{where}: companion {pinned.filename!r}: pin one wheel per other project "
+                f"(the artifact's own files go in 'files')"
+            )
+        out.append(pinned)
+    return tuple(out)
 
 
 def _source(raw: Any, where: str, project: str, version: str) -> SourcePin:
@@ -188,8 +228,10 @@ def parse(data: Mapping[str, Any], source: str = "patches/stacks.toml") -> Catal
             raise ConfigError(f"{where}: 'files' must list the wheels to patch")
         sdist = _file(raw["sdist"], where, project, version) if "sdist" in raw else None
         pin = _source(raw["source"], where, project, version) if "source" in raw else None
+        companions = _companions(raw["companions"], where, project) if "companions" in raw else ()
         artifact = Artifact(
-            project=project, version=version, revision=revision, files=files, sdist=sdist, source=pin
+            project=project, version=version, revision=revision, files=files, sdist=sdist,
+            source=pin, companions=companions,
         )
         if artifact.key in artifacts:
             raise ConfigError(f"{where}: {artifact.key} is pinned twice")
