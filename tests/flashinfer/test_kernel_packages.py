@@ -300,3 +300,20 @@ def test_kernel_packages(results: Callable[[str], dict[str, Any]], version: str,
         _refuses(data, version, "flashinfer-jit-cache", f"{other}+cu130", label)
         if "collect_env" in data:
             assert "MISMATCH" in data["collect_env"]["flashinfer-jit-cache"], data
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if Version(v) in CUBIN_ON_PYPI])
+def test_each_cubin_pin_is_its_releases_build(cubin: Callable[[str], pathlib.Path],
+                                               version: str) -> None:
+    """The pinned flashinfer-cubin was built from the commit flashinfer's own source pin
+    names (both wheels record it in _build_meta.py), and says the release's version."""
+    artifact = _artifact(version)
+    assert artifact.companion(kernel_packages.CUBIN) is not None, (
+        f"flashinfer-python {version}: pin flashinfer_cubin-{version} in patches/stacks.toml "
+        "(companions = [{ filename, sha256 }] on the artifact)"
+    )
+    tree = cubin(version)
+    meta = (tree / "flashinfer_cubin" / "_build_meta.py").read_text(encoding="utf-8")
+    assert artifact.source is not None
+    assert f'__version__ = "{version}"' in meta and f'"{artifact.source.commit}"' in meta, meta
+    assert (tree / f"flashinfer_cubin-{version}.dist-info" / "METADATA").is_file()
