@@ -6,7 +6,11 @@
   (pytest.ini with importlib mode, a ``tests.helpers`` module) and a ``test/unit/`` folder in
   sglang's (files marked ``register_cpu_ci(``), tagged ``v1.0``;
 - two series for it: ``good`` fixes a bug, ``bad`` fixes the same bug, breaks ``scale(x, 3)``
-  and removes ``legacy`` (a test file that imports it no longer collects).
+  and removes ``legacy`` (a test file that imports it no longer collects);
+- files that prove nothing about a wheel: ``test_crash.py`` kills its interpreter
+  (SIGSEGV, as a CUDA fault does) in every install, ``test_crash_at_import.py`` while pytest
+  collects it, and ``test_toolchain.py`` fails in every install unless ``$DEMO_TOOLCHAIN`` is set
+  (a broken environment: pristine passes none of it).
 
 Nothing is stood in for: the wheels are built and patched by the engine, installed by pip and
 tested by upstream-style pytest files in child processes.  The one addition: the engine's
@@ -141,6 +145,44 @@ UPSTREAM = {
 
         def test_never_reached():
             pass
+        ''',
+    "tests/test_crash.py": '''\
+        import os
+        import signal
+
+
+        def test_before_the_crash():
+            pass
+
+
+        def test_crashes():
+            print("CUDA error: an illegal memory access was encountered", flush=True)
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+
+        def test_after_the_crash():
+            pass
+        ''',
+    "tests/test_crash_at_import.py": '''\
+        import os
+        import signal
+
+        print("loading the kernel library failed", flush=True)
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+
+        def test_never_collected():
+            pass
+        ''',
+    "tests/test_toolchain.py": '''\
+        import os
+
+        import pytest
+
+
+        @pytest.mark.parametrize("i", range(3))
+        def test_kernel_builds(i):
+            assert os.environ.get("DEMO_TOOLCHAIN"), "no DEMO_TOOLCHAIN: the JIT build cannot run here"
         ''',
     "tests/test_jit.py": '''\
         import os

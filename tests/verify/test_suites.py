@@ -120,7 +120,9 @@ def test_a_hanging_test_is_killed_and_reported_as_such(good_world: World, tmp_pa
                             repo=good_world.upstream, selection=selection)
     report = suites.run_bundle(bundle, tmp_path / "run", suites.RunOptions(grace_s=2.0))
     row = by_path(report)["tests/test_hang.py"]
-    assert report["ok"] is True and row["regressions"] == []
+    assert row["status"] == "ok" and row["regressions"] == []  # not held against the wheel
+    # ... but a run in which nothing passed pristine and ran patched proves nothing.
+    assert report["checked"] == 0 and report["verdict"] == "inconclusive" and report["ok"] is False
     for variant in ("patched", "pristine"):
         s = row[variant]
         # Killed inside test_hang: neither it nor the test after it counts as failed.
@@ -216,7 +218,10 @@ def test_cli_writes_reports_and_fails_on_regression(
     assert [f["path"] for f in report["files"]] == ["tests/test_ops.py"]
     assert report["ok"] is False
     assert (out / f"{STACK}-{PROJECT}-1.0.md").read_text().startswith(f"# Upstream tests: {PROJECT} 1.0")
-    assert "suites: FAILED" in capsys.readouterr().out
+    assert capsys.readouterr().out.splitlines()[-1].startswith(
+        "suites: FAILED, a test passes pristine and fails patched (or a file collects only pristine) "
+        f"in {PROJECT} 1.0: tests/test_ops.py ("
+    )
 
 
 def test_plan_leaves_out_gpu_projects_without_a_gpu(
@@ -321,8 +326,20 @@ def test_a_file_that_skips_everywhere_says_so() -> None:
     row = suite_report.compare(_events(("t::a", "skipped")), _events(("t::a", "skipped")))
     assert row["status"] == "ok" and row["compared"] == 1
     assert "every test skips itself here, in both installs (upstream's own gate)" in row["notes"]
-    failing_both = suite_report.compare(_events(("t::a", "failed")), _events(("t::a", "failed")))
-    assert failing_both["status"] == "ok" and failing_both["regressions"] == []
+    some_fail_both = suite_report.compare(_events(("t::a", "failed"), ("t::b", "passed")),
+                                          _events(("t::a", "failed"), ("t::b", "passed")))
+    assert some_fail_both["status"] == "ok" and some_fail_both["regressions"] == []  # upstream's
+    assert some_fail_both["checked"] == 1
+
+
+def test_a_file_pristine_passes_none_of_proves_nothing() -> None:
+    row = suite_report.compare(_events(("t::a", "failed"), ("t::b", "skipped")),
+                               _events(("t::a", "failed"), ("t::b", "skipped")))
+    assert row["status"] == "inconclusive" and row["checked"] == 0
+    assert row["inconclusive"] == ["pristine passes none of the 1 test(s) that ran"]
+    # A regression stays a regression, whatever else the file shows.
+    row = suite_report.compare(_events(("t::a", "failed")), _events(("t::a", "passed")))
+    assert row["status"] == "regression" and row["inconclusive"] == []
 
 
 def test_cli_packs_bundles_and_runs_them(

@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import pathlib
 import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Sequence
 
-from ..model.errors import SuiteError
-from ..model.files import write_atomic
 from ..verify import suites
 from . import common
 
@@ -26,7 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.description = (
         "Run upstream's own tests, from the tag pinned in patches/stacks.toml, against the "
         "patched wheel beside the pristine one; fail on a test that passes pristine and fails "
-        "patched."
+        "patched, and on a run that proves nothing (a file that crashes in both installs, one "
+        "pristine passes none of, nothing compared): exit 1."
     )
     p.add_argument("stack", nargs="?", help="a stack of patches/stacks.toml (default sglang-0.5.9)")
     p.add_argument("--project", action="append", choices=sorted(suites.SELECTIONS),
@@ -55,64 +50,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = common.settings(args)
-    started = time.time()
-    with contextlib.ExitStack() as cleanup:
-        work = args.work or pathlib.Path(
-            cleanup.enter_context(tempfile.TemporaryDirectory(prefix="fp4graph-suites-"))
-        )
-        work.mkdir(parents=True, exist_ok=True)
-        if args.bundle:
-            bundles = suites.open_bundles(settings, args.bundle, work)
-        else:
-            stack = args.stack or os.environ.get("FP4GRAPH_STACK") or "sglang-0.5.9"
-            runs_here = not (args.pack or args.requirements)
-            plan = suites.plan(settings, stack, args.project or (),
-                               cuda=suites.cuda_available() if runs_here else None)
-            for note in plan.skipped:
-                print(f"suites: {stack}: skip {note}")
-            if args.requirements:
-                reqs = suites.requirements(settings, stack, plan.projects, args.torch)
-                write_atomic(args.requirements, "\n".join(reqs) + "\n")
-                print(f"{args.requirements}: {len(reqs)} requirements for {', '.join(plan.projects)}")
-                return 0
-            if not plan.projects:
-                print("suites: nothing to run here")
-                return 0
-            bundles = suites.prepare_stack(settings, plan, work, repos=_repos(args.repo, plan.projects),
-                                           patched=args.patched)
-            if args.pack:
-                for bundle in bundles:
-                    packed = suites.pack(bundle, args.pack / f"{bundle.name}.tar.xz")
-                    print(f"{packed}  {packed.stat().st_size / 1e6:.1f} MB  "
-                          f"{len(bundle.manifest['files'])} files, upstream {bundle.manifest['source']['tag']}")
-                return 0
-        options = suites.RunOptions(
-            budget_s=args.budget, budget_scale=args.budget_scale,
-            deadline=started + args.deadline if args.deadline else None,
-            files=tuple(args.file), areas=tuple(args.area), jit_cache=args.jit_cache,
-            pytest_args=tuple(args.pytest_arg),
-        )
-        failed, compared = False, 0
-        for bundle in bundles:
-            report = suites.gate_bundle(bundle, work, options, args.out,
-                                        command=subprocess.list2cmdline(sys.argv))
-            print(suites.markdown(report))
-            failed |= not report["ok"]
-            compared += report["files_compared"]
-    verdict = "FAILED" if failed else ("ok" if compared else "ok, but nothing was compared")
-    print(f"suites: {verdict} ({time.time() - started:.0f} s); reports in {args.out}")
-    return 1 if failed else 0
-
-
-def _repos(values: Sequence[str], projects: Sequence[str]) -> dict[str, pathlib.Path]:
-    """``--repo [PROJECT=]PATH`` values; a bare PATH needs exactly one project."""
-    repos: dict[str, pathlib.Path] = {}
-    for value in values:
-        project, sep, path = value.rpartition("=")
-        if not sep:
-            if len(projects) != 1:
-                raise SuiteError(f"--repo {value}: say which project (--repo PROJECT=PATH) or pass one --project")
-            project = projects[0]
-        repos[project] = pathlib.Path(path).expanduser()
-    return repos
+    options = suites.SuitesOptions(
+        stack=args.stack or os.environ.get("FP4GRAPH_STACK") or "sglang-0.5.9",
+        projects=tuple(args.project or ()), repos=tuple(args.repo), patched=args.patched,
+        bundles=tuple(args.bundle), pack=args.pack, requirements=args.requirements, torch=args.torch,
+        out=args.out, work=args.work, deadline_s=args.deadline,
+        run=suites.RunOptions(
+            budget_s=args.budget, budget_scale=args.budget_scale, files=tuple(args.file),
+            areas=tuple(args.area), jit_cache=args.jit_cache, pytest_args=tuple(args.pytest_arg),
+        ),
+        command=subprocess.list2cmdline(sys.argv),
+    )
+    result = suites.run_suites(common.settings(args), options)
+    print("\n".join(result.lines()))
+    return result.exit_code

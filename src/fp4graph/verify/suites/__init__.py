@@ -17,21 +17,34 @@ autopkgtest, conda-forge's ``test:``).  For one stack and project:
    patched is a regression and fails the gate; a file that runs out of time is reported as
    such, never as a failure of the wheel.
 
-:mod:`.gate` strings these together for ``fp4graph suites``.  Nothing here imports torch: the
-tests run in child interpreters.
+:mod:`.gate` holds the steps, :mod:`.workflow` strings them together for ``fp4graph suites``
+(:func:`run_suites`, with the verdict: a regression and an inconclusive run both fail), and
+:mod:`.interpreter` checks, before anything runs, that the test interpreter has what the
+tests import.  Nothing here imports torch: the tests run in child interpreters.
 """
 
 from ...model.errors import SuiteError
 from .bundle import Bundle, check_bundle_pin, jit_difference, open_bundle, pack
-from .gate import Plan, cuda_available, gate_bundle, open_bundles, plan, prepare_stack
+from .gate import (
+    Plan,
+    check_requirements,
+    cuda_available,
+    gate_bundle,
+    open_bundles,
+    plan,
+    prepare_stack,
+)
+from .interpreter import unmet
 from .prepare import prepare_bundle, requirements
 from .report import markdown
 from .run import RunOptions, run_bundle
 from .selection import FLASHINFER, SELECTIONS, SGLANG, Selection, SeriesTests, SuiteFile, select
+from .workflow import SuitesOptions, SuitesResult, Verdict, run_suites
 
 __all__ = [
     "FLASHINFER", "SELECTIONS", "SGLANG", "Bundle", "Plan", "RunOptions", "SeriesTests",
-    "Selection", "SuiteError", "SuiteFile", "check_bundle_pin", "cuda_available", "gate_bundle",
-    "jit_difference", "markdown", "open_bundle", "open_bundles", "pack", "plan", "prepare_bundle",
-    "prepare_stack", "requirements", "run_bundle", "select",
+    "Selection", "SuiteError", "SuiteFile", "SuitesOptions", "SuitesResult", "Verdict",
+    "check_bundle_pin", "check_requirements", "cuda_available", "gate_bundle", "jit_difference",
+    "markdown", "open_bundle", "open_bundles", "pack", "plan", "prepare_bundle", "prepare_stack",
+    "requirements", "run_bundle", "run_suites", "select", "unmet",
 ]

@@ -22,7 +22,7 @@ from ...model.errors import SuiteError
 from ...model.log import log
 from ...model.stacks import Catalog
 
-BUNDLE_FORMAT = 1
+BUNDLE_FORMAT = 2  # 2: bundle.json lists the test interpreter's requirements
 # Installed files get this mtime (2000-01-01), so that two installs at one path look alike to
 # ninja and a JIT cache can be shared between them (see ``jit_difference``).
 FIXED_MTIME = 946684800
@@ -128,7 +128,8 @@ def open_bundle(path: pathlib.Path, work: pathlib.Path) -> Bundle:
         raise SuiteError(f"{path}: not a suite bundle (no bundle.json)")
     manifest = json.loads(manifest_path.read_text())
     if manifest.get("format") != BUNDLE_FORMAT:
-        raise SuiteError(f"{manifest_path}: bundle format {manifest.get('format')}, expected {BUNDLE_FORMAT}")
+        raise SuiteError(f"{manifest_path}: bundle format {manifest.get('format')}, expected {BUNDLE_FORMAT} "
+                         "(made by another fp4graph: prepare it again with `fp4graph suites STACK --pack DIR`)")
     return Bundle(path, manifest)
 
 

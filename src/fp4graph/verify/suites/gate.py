@@ -1,9 +1,10 @@
 """One regression gate: the projects of a stack to run, their bundles, a report each.
 
-The command line (``fp4graph suites``) calls these in order: :func:`plan` chooses the
-projects (those with a selection and a source pin; with no GPU, none whose tests need one),
-:func:`prepare_stack` makes their bundles (or :func:`open_bundles` opens packed ones, checked
-against the pins of today), and :func:`gate_bundle` runs one and writes its report.
+:mod:`.workflow` calls these in order: :func:`plan` chooses the projects (those with a
+selection and a source pin; with no GPU, none whose tests need one), :func:`prepare_stack`
+makes their bundles (or :func:`open_bundles` opens packed ones, checked against the pins of
+today), :func:`check_requirements` refuses an interpreter that lacks what their tests import,
+and :func:`gate_bundle` runs one and writes its report.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ...model.files import write_atomic
 from ...model.stacks import load
 from . import report
 from .bundle import Bundle, check_bundle_pin, open_bundle
+from .interpreter import unmet
 from .prepare import prepare_bundle
 from .run import RunOptions, probe_device, run_bundle
 from .selection import SELECTIONS
@@ -90,6 +92,26 @@ def open_bundles(settings: config.Settings, paths: Sequence[pathlib.Path], work:
     for bundle in bundles:
         check_bundle_pin(bundle, catalog)
     return bundles
+
+
+def check_requirements(bundles: Sequence[Bundle], python: str) -> None:
+    """Refuse to run when ``python`` lacks a requirement of the bundles' tests, naming each."""
+    problems: list[str] = []
+    install: dict[str, None] = {}
+    for bundle in bundles:
+        missing = unmet(python, bundle.manifest["requirements"])
+        if missing:
+            problems.append(f"{bundle.name} ({bundle.path}): "
+                            + ", ".join(f"{req} ({has})" for req, has in missing))
+            install.update(dict.fromkeys(req for req, _ in missing))
+    if problems:
+        quoted = " ".join(f"'{r}'" for r in install)
+        raise SuiteError(
+            f"the test interpreter {python} lacks what upstream's tests import; nothing was run:\n  "
+            + "\n  ".join(problems)
+            + f"\ninstall them ({python} -m pip install {quoted}), or run `nox -s suites`, "
+            "which installs them"
+        )
 
 
 def gate_bundle(

@@ -4,7 +4,8 @@
 patches/stacks.toml (from GitHub or a local clone; a tag that names another commit is
 refused), chooses the selection's files there, installs the patched and the pristine wheels
 (with the stack's companions, e.g. sglang's flashinfer) each in a directory of its own, and
-writes ``bundle.json``.  :func:`requirements` is what the test interpreter needs besides.
+writes ``bundle.json`` (with what the test interpreter needs besides: checked before a run).
+:func:`requirements` is that list for an install, with the stack's torch pin.
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ import dataclasses
 import json
 import pathlib
 import sys
-import zipfile
 from collections.abc import Sequence
-from email.parser import HeaderParser
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
@@ -30,6 +29,7 @@ from ...model.stacks import Artifact, ArtifactFile, Catalog, load
 from ...wheels.build import patched_wheel
 from ...wheels.fetch import fetch, sha256_of
 from .bundle import BUNDLE_FORMAT, VARIANTS, Bundle, install, jit_difference
+from .interpreter import bundle_requirements, requires_dist
 from .selection import SELECTIONS, Selection, select, support_paths, touched_modules
 from .source import export, fetch_pin, read_texts, tree_paths, verify_pin
 
@@ -132,6 +132,7 @@ def prepare_bundle(
             "jit_env": selection.jit_env,
             "needs_cuda": selection.needs_cuda,
             "pytest_args": list(selection.pytest_args),
+            "requirements": bundle_requirements(selection, wheels["pristine"][0], wheels["pristine"][1:]),
             "jit_shareable": jit_difference(tmp / "site-patched", tmp / "site-pristine") is None
             if selection.jit_env else False,
         }
@@ -151,26 +152,10 @@ def requirements(settings: config.Settings, stack: str, projects: Sequence[str],
         names = [project] if selection.wheel_requirements else []
         for name in [*names, *selection.companions]:
             wheel = fetch(settings, name, wheel_for_python(stack_artifact(catalog, stack, name)))
-            reqs += _requires_dist(wheel)
+            reqs += requires_dist(wheel)
     out: list[str] = []
     for req in reqs:
         if Requirement(req).name != "torch" or req == reqs[0]:
             if req not in out:
                 out.append(req)
-    return out
-
-
-def _requires_dist(wheel: pathlib.Path) -> list[str]:
-    with zipfile.ZipFile(wheel) as zf:
-        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
-        metadata = HeaderParser().parsestr(zf.read(name).decode())
-    out = []
-    for raw in metadata.get_all("Requires-Dist") or []:
-        try:
-            req = Requirement(raw)
-        except InvalidRequirement:
-            continue
-        if req.marker is None or req.marker.evaluate({"extra": ""}):
-            req.marker = None
-            out.append(str(req))
     return out

@@ -86,8 +86,10 @@ def run_file(
         FP4GRAPH_SUITE_BUDGET=str(round(budget_s)),
         PYTHONDONTWRITEBYTECODE="1",
     )
+    # tee-sys: what a test prints still reaches the log when its process dies (a CUDA fault,
+    # a segfault), where pytest's own capture would take it down with the process.
     cmd = [python, "-m", "pytest", selected.path, "-p", PLUGIN, "-p", "no:cacheprovider",
-           "-q", "-rN", *selected.args, *pytest_args]
+           "-q", "-rN", "--capture=tee-sys", *selected.args, *pytest_args]
     log(f"{site.name}: {subprocess.list2cmdline(cmd)} (budget {budget_s:.0f} s)")
     killed = False
     with log_path.open("w", encoding="utf-8") as out:
@@ -110,7 +112,7 @@ def run_file(
         "wall_s": round(time.time() - start, 1),
         "budget_s": round(budget_s),
         "events": events,
-        "log_tail": log_path.read_text(encoding="utf-8", errors="replace")[-3000:],
+        "log_tail": log_path.read_text(encoding="utf-8", errors="replace")[-6000:],
     }
 
 
@@ -154,6 +156,17 @@ def probe_device(python: str) -> dict[str, Any]:
     return info
 
 
+def no_gpu_reason(bundle: Bundle, device: dict[str, Any]) -> str | None:
+    """Why ``bundle`` cannot run on ``device``: its tests need a GPU and torch sees none.
+
+    None where torch itself did not import: that is a missing requirement, not a machine
+    without a GPU (:func:`.interpreter.unmet` names it).
+    """
+    if bundle.manifest.get("needs_cuda") and "torch" in device and not device.get("cuda_available"):
+        return "its tests need a CUDA GPU and torch sees none"
+    return None
+
+
 def _chosen(bundle: Bundle, options: RunOptions) -> list[Selected]:
     files = [Selected(path=f["path"], area=f["area"], budget_s=f["budget_s"], args=tuple(f["args"]))
              for f in bundle.manifest["files"]]
@@ -178,8 +191,9 @@ def run_bundle(bundle: Bundle, work: pathlib.Path, options: RunOptions) -> dict[
     files = _chosen(bundle, options)
     runs: dict[str, dict[str, dict[str, Any]]] = {}
     skipped: dict[str, str] = {}
-    if m.get("needs_cuda") and not device.get("cuda_available"):
-        skipped = {f.path: "needs a CUDA GPU; none is visible to torch" for f in files}
+    skip_reason = no_gpu_reason(bundle, device)
+    if skip_reason:
+        skipped = {f.path: skip_reason for f in files}
         files = []
     for selected in files:
         budget = options.budget_s if options.budget_s is not None else selected.budget_s * options.budget_scale
@@ -204,5 +218,5 @@ def run_bundle(bundle: Bundle, work: pathlib.Path, options: RunOptions) -> dict[
                 )
     return report.build(
         manifest=m, device=device, runs=runs, skipped=skipped, jit_shared=shared,
-        selected=[f.to_json() for f in _chosen(bundle, options)],
+        selected=[f.to_json() for f in _chosen(bundle, options)], skip_reason=skip_reason,
     )
