@@ -13,6 +13,7 @@ import pathlib
 import sys
 
 import nox
+from packaging.requirements import Requirement
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
@@ -191,19 +192,22 @@ def integration(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def upstream(session: nox.Session) -> None:
-    """PR-ready branches, format-patch output and PR bodies from a series (dry run). The tests
-    the patches add must run (sglang's import its whole runtime: run it where that is
-    installed, or pass --no-tests)."""
+    """PR-ready branches, format-patch output and PR bodies from a series (dry run), upstream's
+    checks, and the tests the patches add, which must run (sglang's on the release's own torch:
+    a CUDA build from PyPI, ~5 GB; --no-tests leaves them out)."""
     if not session.posargs:
-        session.error("Usage: nox -s upstream -- <project> [--version V] [--repo PATH]")
-    # torch: the tests the patches add run here; pyyaml reads the tree's pre-commit config;
-    # what those tests import (pytest, the release's own requirements) fp4graph says.
-    session.install(TORCH)
-    session.install("-e", ".", "pyyaml", TORCH)
-    needs = session.run("python", "-m", "fp4graph", "upstream", *session.posargs,
-                        "--print-test-requirements", silent=True)
-    if needs and needs.split():
-        session.install(*needs.split(), TORCH)
+        session.error("Usage: nox -s upstream -- <project> [--version V] [--repo PATH] [--no-tests]")
+    # pyyaml reads the tree's pre-commit config; what the tests the patches add import
+    # (pytest, the release's own requirements; sglang's at the release's torch pin), fp4graph
+    # says: nothing with --no-tests.
+    session.install("-e", ".", "pyyaml")
+    printed = session.run("python", "-m", "fp4graph", "upstream", *session.posargs,
+                          "--print-test-requirements", silent=True)
+    needs = str(printed or "").split()
+    if needs:
+        release_torch = [n for n in needs if Requirement(n).name == "torch"]
+        session.log(f"the tests the patches add run on {release_torch[0] if release_torch else TORCH}")
+        session.install(*needs, *([] if release_torch else [TORCH]))
     session.run("python", "-m", "fp4graph", "upstream", *session.posargs, "--tests-must-run")
 
 

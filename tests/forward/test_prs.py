@@ -15,6 +15,7 @@ import pytest
 from fp4graph import cli
 from fp4graph.forward import prs
 from fp4graph.forward.sources import git
+from fp4graph.model import projects
 from fp4graph.model.config import Settings
 from fp4graph.model.errors import PatchError
 
@@ -124,4 +125,39 @@ def test_the_added_tests_requirements_come_from_the_release(checkout: Settings) 
     assert needs[0] == "pytest"
     assert "apache-tvm-ffi!=0.1.8,!=0.1.8.post0,<0.2,>=0.1.6" in needs and "numpy" in needs
     assert not [n for n in needs if n.startswith("torch")]
-    assert prs.test_requirements(checkout, "sglang", "0.5.9") == []  # projects.py declares none
+
+
+def test_sglangs_added_tests_need_its_runtime_at_the_releases_pins(checkout: Settings) -> None:
+    """sglang's tests import its runtime from the tree: the names projects.py lists, each at
+    the release's own pin; torch too (PyPI's torchvision imports only beside PyPI's torch of
+    its release)."""
+    needs = prs.test_requirements(checkout, "sglang", "0.5.9")
+    assert needs[:4] == ["torch==2.9.1", "torchvision", "transformers==4.57.1", "flashinfer_python==0.6.3"]
+    assert {"orjson", "IPython", "datasets"} <= set(needs)  # its spelling, where it lists one
+    assert len(needs) == len(set(needs)) == len(projects.SGLANG.test_requirements)
+
+
+@pytest.mark.parametrize(
+    ("output", "skipped"),
+    [
+        pytest.param("..s\n2 passed, 1 skipped in 0.1s", False, id="pytest-some-skipped"),
+        pytest.param("ss\n2 skipped in 0.1s", True, id="pytest-all-skipped"),
+        pytest.param("Ran 13 tests in 0.084s\n\nOK", False, id="unittest-passed"),
+        pytest.param("Ran 13 tests in 0.000s\n\nOK (skipped=13)", True, id="unittest-all-skipped"),
+        pytest.param("Ran 13 tests in 0.001s\n\nOK (skipped=2)", False, id="unittest-some-skipped"),
+        pytest.param("Ran 0 tests in 0.000s\n\nOK", True, id="unittest-none"),
+    ],
+)
+def test_a_test_file_that_skipped_everything_is_not_a_pass(output: str, skipped: bool) -> None:
+    assert prs._all_skipped(output) is skipped
+
+
+def test_tests_must_run_fails_a_file_that_ran_nothing() -> None:
+    def result(outcome: str, must_run: bool) -> prs.Result:
+        run = prs.TestRun(path="test/t.py", command="python test/t.py", outcome=outcome, output="")
+        return prs.Result(project="sglang", version="0.5.11", series_version="0.5.11", origin="o",
+                          repo=pathlib.Path("r"), checks_source="-", checks=(), tests=(run,), prs=(),
+                          tests_must_run=must_run)
+
+    assert result("passed", True).ok and result("skipped", False).ok
+    assert not result("skipped", True).ok and not result("not-run", True).ok

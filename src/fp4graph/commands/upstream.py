@@ -29,9 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--no-tests", action="store_true", help="do not run the tests the patches add")
     p.add_argument("--python", default=sys.executable, help="interpreter for those tests")
     p.add_argument("--tests-must-run", action="store_true",
-                   help="a test that cannot run (a module missing) fails the command")
+                   help="a test that cannot run (a module missing) or skips all it has fails the command")
     p.add_argument("--print-test-requirements", action="store_true",
-                   help="print what those tests need installed (besides torch) and exit")
+                   help="print what those tests need installed and exit (torch only where they "
+                        "need the release's own pin: sglang's)")
     p.add_argument("--push", action="store_true", help="push the PR branches (needs --remote)")
     p.add_argument("--remote", help="where to push: a URL or a remote name of --repo")
     common.add_index_options(p)

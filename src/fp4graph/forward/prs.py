@@ -77,11 +77,12 @@ class Result:
     checks: tuple[checks.CheckResult, ...]
     tests: tuple[TestRun, ...]
     prs: tuple[PullRequest, ...]
-    tests_must_run: bool = False  # a test that could not run (a missing module) fails too
+    # A test that could not run (a missing module) or skipped all it had fails too.
+    tests_must_run: bool = False
 
     @property
     def ok(self) -> bool:
-        failing = ("failed", "not-run") if self.tests_must_run else ("failed",)
+        failing = ("failed", "not-run", "skipped") if self.tests_must_run else ("failed",)
         return not any(c.blocks for c in self.checks) and all(
             t.outcome not in failing for t in self.tests
         )
@@ -263,6 +264,15 @@ def link_editable_data(root: pathlib.Path, data: projects.EditableData) -> None:
         exclude.write_text(known + f"/{data.directory}/\n")
 
 
+def _all_skipped(output: str) -> bool:
+    """Whether a passing run skipped every test it had (pytest's or unittest's summary)."""
+    if re.search(r"\b\d+ skipped\b", output) and " passed" not in output:
+        return True
+    ran = re.search(r"^Ran (\d+) tests? in ", output, re.M)  # unittest
+    skipped = re.search(r"^OK \(skipped=(\d+)\)$", output, re.M)
+    return ran is not None and (ran[1] == "0" or (skipped is not None and skipped[1] == ran[1]))
+
+
 def run_added_tests(
     repo: SourceRepo, series: Series, python: str, timeout: int
 ) -> list[TestRun]:
@@ -302,7 +312,7 @@ def run_added_tests(
                                 output=f"needs {missing[1]!r}, which {python} lacks\n" + output[-2000:]))
             continue
         if result.returncode == 0:
-            outcome = "skipped" if re.search(r"\b\d+ skipped\b", output) and " passed" not in output else "passed"
+            outcome = "skipped" if _all_skipped(output) else "passed"
         elif result.returncode == 5:
             outcome = "skipped"
         else:
@@ -315,22 +325,27 @@ def run_added_tests(
 
 
 def test_requirements(settings: Settings, project: str, version: str | None) -> list[str]:
-    """What the tests the series adds need installed beside torch: the project's own test
-    requirements and, where they import the release, its wheel's runtime requirements
-    (Requires-Dist that apply here without extras; torch left to the caller's pin)."""
+    """What the tests the series adds need installed: the project's test requirements, each
+    at the release's pin where its wheel's Requires-Dist names it, and, where the tests import
+    the whole release, every runtime requirement besides (Requires-Dist that apply here
+    without extras; torch left to the caller's pin unless named)."""
     entry = projects.get(project)
-    needs = list(entry.test_requirements)
+    if not entry.test_requirements and not entry.tests_import_release:
+        return []
+    artifact = target_artifact(settings, project, version)
+    metadata = core_metadata(fetch(settings, artifact.project, artifact.file())).decode()
+    message = email.parser.Parser(policy=email.policy.compat32).parsestr(metadata)
+    env = {**{k: str(v) for k, v in default_environment().items()}, "extra": ""}
+    released: dict[str, str] = {}
+    for raw in message.get_all("Requires-Dist") or []:
+        req = Requirement(raw)
+        if req.marker and not req.marker.evaluate(env):
+            continue
+        req.marker = None
+        released.setdefault(canonicalize_name(req.name), str(req))
+    needs = [released.get(canonicalize_name(name), name) for name in entry.test_requirements]
     if entry.tests_import_release:
-        artifact = target_artifact(settings, project, version)
-        metadata = core_metadata(fetch(settings, artifact.project, artifact.file())).decode()
-        message = email.parser.Parser(policy=email.policy.compat32).parsestr(metadata)
-        env = {**{k: str(v) for k, v in default_environment().items()}, "extra": ""}
-        for raw in message.get_all("Requires-Dist") or []:
-            req = Requirement(raw)
-            if canonicalize_name(req.name) == "torch" or (req.marker and not req.marker.evaluate(env)):
-                continue
-            req.marker = None
-            needs.append(str(req))
+        needs += [req for name, req in released.items() if name != "torch"]
     return list(dict.fromkeys(needs))
 
 

@@ -106,8 +106,9 @@ class Project:
     test_file: re.Pattern[str]
     tests_run_as: Literal["pytest", "script"]
     test_pythonpath: str  # repo path put on PYTHONPATH for them
-    # What they import besides the tree: these, and with ``tests_import_release`` the
-    # release's own runtime requirements (its wheel's Requires-Dist, torch left out).
+    # What they import besides the tree: these, each at the release's own pin where its
+    # wheel's Requires-Dist names it, and with ``tests_import_release`` every runtime
+    # requirement of the release besides (Requires-Dist, torch left out).
     test_requirements: tuple[str, ...] = ()
     tests_import_release: bool = False
     editable_data: EditableData | None = None
@@ -266,6 +267,17 @@ SGLANG = Project(
     test_file=re.compile(r"^test/(?:.+/)?test_[^/]+\.py$"),
     tests_run_as="script",  # unittest files with a __main__
     test_pythonpath="python",
+    # Its tests import sglang's runtime from the tree; on a CPU (sglang's register_cpu_ci
+    # tests) these are what test/registered/quant/test_flashinfer_fp4_warmup.py needs, at
+    # the release's pins.  torch is the release's own (2.11.0 for 0.5.11): sglang.srt.utils
+    # imports torchvision, and PyPI's torchvision imports only beside PyPI's torch of its
+    # release (a CUDA build, which installs and imports on a CPU machine too).  Without
+    # flashinfer-python its fp4 tests skip themselves.
+    test_requirements=(
+        "torch", "torchvision", "transformers", "flashinfer-python", "aiohttp", "compressed-tensors",
+        "datasets", "dill", "gguf", "ipython", "openai", "orjson", "packaging", "partial-json-parser",
+        "psutil", "pybase64", "pydantic", "pyzmq", "requests", "sentencepiece", "starlette", "tqdm",
+    ),
     first_drift_release="0.5.8",
     upstream_fixes=(
         UpstreamFix(
