@@ -43,23 +43,24 @@ class Gate:
 
 @pytest.fixture
 def gate(
-    good_world: World, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> Callable[..., Gate]:
-    """``gate(*files, args=(), **selection_changes)``: pack those files' bundle, run it with
-    ``--bundle`` (and ``args``)."""
-    monkeypatch.chdir(good_world.settings.repo)
-    monkeypatch.setenv("FP4GRAPH_CACHE", str(good_world.settings.cache_dir))
-    monkeypatch.setenv("FP4GRAPH_FIND_LINKS", str(good_world.wheel.parent))
+    """``gate(*files, args=(), series="good", **selection_changes)``: pack a bundle of those
+    files with the good (or bad) series, run it with ``--bundle`` (and ``args``)."""
 
-    def run(*files: str, args: tuple[str, ...] = (), **changes: object) -> Gate:
+    def run(*files: str, args: tuple[str, ...] = (), series: str = "good", **changes: object) -> Gate:
+        world: World = request.getfixturevalue(f"{series}_world")
+        monkeypatch.chdir(world.settings.repo)
+        monkeypatch.setenv("FP4GRAPH_CACHE", str(world.settings.cache_dir))
+        monkeypatch.setenv("FP4GRAPH_FIND_LINKS", str(world.wheel.parent))
         selection = dataclasses.replace(
             SELECTION, series_tests=None,
             files=tuple(suites.SuiteFile(pattern=f, area="core", budget_s=60) for f in files), **changes,
         )
         monkeypatch.setitem(suites.SELECTIONS, PROJECT, selection)
         carry = tmp_path / "carry"
-        assert cli.main(["suites", STACK, "--repo", str(good_world.upstream), "--pack", str(carry)]) == 0
+        assert cli.main(["suites", STACK, "--repo", str(world.upstream), "--pack", str(carry)]) == 0
         capsys.readouterr()
         reports, work = tmp_path / "out", tmp_path / "work"
         code = cli.main(["suites", "--bundle", str(carry / f"{PROJECT}-1.0.tar.xz"), "--out", str(reports),
@@ -99,6 +100,19 @@ def test_a_file_that_crashes_in_both_installs_is_inconclusive_and_shows_its_outp
     assert md in result.out  # the command prints the report too
     # What did compare is still compared: test_ops.py's regression-free rows are there.
     assert "| tests/test_ops.py | core | 7 / 0 / 2 | 6 / 1 / 2 | 9 | 0 |" in md
+
+
+def test_a_regression_fails_and_names_what_proves_nothing_too(gate: Callable[..., Gate]) -> None:
+    result = gate("tests/test_ops.py", "tests/test_crash.py", series="bad")
+    assert result.code == 1
+    assert result.verdict.startswith(
+        "suites: FAILED, a test passes pristine and fails patched (or a file collects only pristine) "
+        f"in {PROJECT} 1.0: tests/test_ops.py; also INCONCLUSIVE: {PROJECT} 1.0: tests/test_crash.py "
+        "(crashed in both installs) ("
+    )
+    assert ("- result: **1 regression(s)**; also INCONCLUSIVE: tests/test_crash.py (crashed in both "
+            "installs) (a regression: passes pristine, fails patched)") in result.markdown
+    assert "- `tests/test_ops.py::test_scale[3]`: failed" in result.markdown
 
 
 def test_pristine_passing_nothing_is_inconclusive(gate: Callable[..., Gate]) -> None:

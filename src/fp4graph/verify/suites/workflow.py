@@ -106,6 +106,11 @@ class SuitesResult:
         def named(r: dict[str, Any]) -> str:
             return f"{r['project']} {r['version']}"
 
+        undecided = [
+            f"{named(r)}: " + (report.undecided_files(r) if r["inconclusive"] else
+                               "nothing compared (no test passed pristine and ran patched)")
+            for r in self.reports if r["inconclusive"] or r["verdict"] == "inconclusive"
+        ]
         if self.verdict is Verdict.SKIPPED:
             return "skipped: nothing to run here"
         if self.verdict is Verdict.REGRESSION:
@@ -113,14 +118,11 @@ class SuitesResult:
                 f"{named(r)}: " + ", ".join(f["path"] for f in r["files"] if f["status"] == "regression")
                 for r in self.reports if r["verdict"] == "regression"
             ]
-            return "FAILED, a test passes pristine and fails patched (or a file collects only pristine) in " + "; ".join(failed)
+            return ("FAILED, a test passes pristine and fails patched (or a file collects only "
+                    "pristine) in " + "; ".join(failed)
+                    + ("; also INCONCLUSIVE: " + "; ".join(undecided) if undecided else ""))
         if self.verdict is Verdict.INCONCLUSIVE:
-            parts = [
-                f"{named(r)}: " + (report.undecided_files(r) if r["inconclusive"] else
-                                   "nothing compared (no test passed pristine and ran patched)")
-                for r in self.reports if r["verdict"] == "inconclusive"
-            ]
-            return "INCONCLUSIVE, nothing proven about the wheel in " + "; ".join(parts)
+            return "INCONCLUSIVE, nothing proven about the wheel in " + "; ".join(undecided)
         checked = sum(r["checked"] for r in self.reports)
         files = sum(r["files_compared"] for r in self.reports)
         return f"ok: no regression, {checked} test(s) checked in {files} file(s)"
