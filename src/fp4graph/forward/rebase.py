@@ -15,6 +15,13 @@ The round trip is git-buildpackage's patch queue (``gbp pq import`` / ``rebase``
    commits ``refs/fp4graph/base..HEAD`` back as the series, matched to its patches by
    ``Topic:``.
 
+Either side may be a pull-request series (``model.pullrequests``: the work re-cut for
+merge, on one upstream commit): ``rebase flashinfer-python 0.7.4 main-fb28d72 --repo CLONE``
+carries the release series onto that commit of the clone.  ``--topic T`` (repeatable)
+carries only A's patches of those topics into B's existing series, each in the place of
+B's patch of that topic, the rest of B kept: how a fix reworked in a release series is
+taken into the pull requests again (a re-run, then the usual resolve and refresh).
+
 Carried is not working: a patch can apply cleanly and break on B (flashinfer 0.6.1 has a
 different ``get_cutlass_fp4_gemm_module`` signature than the series' 0.6.3).  The README's
 procedure runs B's simulation tests before any wheel is built.
@@ -26,16 +33,19 @@ import dataclasses
 import datetime
 import pathlib
 import re
+import shlex
 import shutil
 import tempfile
+from collections.abc import Sequence
 
+from ..model import pullrequests
 from ..model.config import Settings
 from ..model.errors import ConfigError, PatchError
 from ..model.files import atomic_directory
 from ..model.log import log
 from ..model.series import SERIES_FILE, UNRESOLVED, Patch, Series, load_series
 from ..model.stacks import load
-from .sources import SourceRepo, git, git_env, source_repo
+from .sources import SourceRepo, clone, git, git_env, source_repo
 
 _LAST_UPDATE = re.compile(r"^Last-Update: .*$", re.M)
 BASE_REF = "refs/fp4graph/base"  # B's pristine commit, in the work repository
@@ -113,6 +123,56 @@ class Carried:
     detail: str
 
 
+def target_repo(
+    settings: Settings, project: str, name: str, dest: pathlib.Path, *, repo: pathlib.Path | None
+) -> SourceRepo:
+    """A fresh repository of ``name``: a pinned release of ``project`` (from its sdist), or a
+    pull-request series (``[[pull-requests]]`` in stacks.toml), cloned from ``repo`` at the
+    upstream commit the series is keyed to."""
+    entry = pullrequests.find(settings.stacks_file, project, name)
+    if entry is None:
+        return source_repo(settings, load(settings.stacks_file).artifact(project, name), dest)
+    if repo is None:
+        raise ConfigError(
+            f"{project} {name} is a pull-request series on {entry.source.repo} "
+            f"{entry.source.ref} {entry.source.commit[:12]}: pass --repo, a clone of "
+            f"https://github.com/{entry.source.repo} that has that commit"
+        )
+    return clone(
+        repo, dest, project=project, version=name, base=entry.source.commit,
+        origin=f"clone of {repo} at {entry.source.ref} {entry.source.commit[:12]}",
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Pick:
+    patch: Patch  # the patch this pick carries (A's, or B's own in a --topic carry)
+    commit: str
+    own: bool  # B's own patch, carried unchanged where it applies unchanged
+
+
+def _todo(old: list[Applied], own: list[Applied], topics: Sequence[str]) -> list[_Pick]:
+    """What B's series becomes: A's patches (all, or those of ``topics`` in B's series'
+    order, each in the place of B's patch of that topic)."""
+    picks = [_Pick(patch=a.patch, commit=a.commit, own=False) for a in old]
+    if not topics:
+        return picks
+    wanted = [p for p in picks if set(p.patch.topics) & set(topics)]
+    missing = set(topics) - {t for p in wanted for t in p.patch.topics}
+    if missing:
+        raise ConfigError(f"no patch of the series to carry has topic(s) {', '.join(sorted(missing))}")
+    todo: list[_Pick] = []
+    for b in own:
+        replaced = [p for p in wanted if set(p.patch.topics) & set(b.patch.topics)]
+        if not replaced:
+            todo.append(_Pick(patch=b.patch, commit=b.commit, own=True))
+        for pick in replaced:
+            if pick not in todo:
+                todo.append(pick)
+    todo.extend(p for p in wanted if p not in todo)
+    return todo
+
+
 def rebase(
     settings: Settings,
     project: str,
@@ -123,18 +183,27 @@ def rebase(
     work_dir: pathlib.Path,
     today: datetime.date | None = None,
     replace_work: bool = False,
+    repo: pathlib.Path | None = None,
+    topics: Sequence[str] = (),
 ) -> list[Carried]:
     """Carry ``from_version``'s series onto ``to_version``; write B's series to ``out_dir``
-    (what carried, plus every patch that did not as an ``unresolved`` line).  Work
-    repositories already in ``work_dir`` (a resolution in progress) are refused unless
-    ``replace_work``."""
+    (what carried, plus every patch that did not as an ``unresolved`` line).  Either side
+    may be a pull-request series (``repo``: the upstream clone it is cut on).  With
+    ``topics``, only A's patches of those topics are carried, each into B's existing series
+    in the place of B's patch of that topic, B's other patches kept.  Work repositories
+    already in ``work_dir`` (a resolution in progress) are refused unless ``replace_work``."""
     today = today or datetime.date.today()
     work_dir.mkdir(parents=True, exist_ok=True)
-    catalog = load(settings.stacks_file)
     series = load_series(settings.patches_dir, project, from_version)
     if series is None:
         raise ConfigError(f"{settings.patches_dir / project / from_version}: no series to carry")
     series.require_complete(topics=False)
+    existing = load_series(settings.patches_dir, project, to_version) if topics else None
+    if topics and existing is None:
+        raise ConfigError(
+            f"{settings.patches_dir / project / to_version}: no series to carry topic(s) "
+            f"{', '.join(topics)} into; carry the whole series (without --topic) first"
+        )
     for name in (f"from-{from_version}", f"to-{to_version}"):
         if (work_dir / name).exists():
             if name.startswith("to-") and not replace_work:
@@ -144,16 +213,25 @@ def rebase(
                     "or pass --force to start over"
                 )
             shutil.rmtree(work_dir / name)
-    old = source_repo(settings, catalog.artifact(project, from_version), work_dir / f"from-{from_version}")
-    am_series(old, series)
-    new = source_repo(settings, catalog.artifact(project, to_version), work_dir / f"to-{to_version}")
+    old = target_repo(settings, project, from_version, work_dir / f"from-{from_version}", repo=repo)
+    old_applied = am_series(old, series)
+    new = target_repo(settings, project, to_version, work_dir / f"to-{to_version}", repo=repo)
+    own: list[Applied] = []
+    if existing is not None:
+        existing.require_complete(topics=False)
+        own = am_series(new, existing)
+        git(new.path, "checkout", "-q", "--detach", new.base)
     source_branch = f"fp4graph/from-{from_version}"
     git(new.path, "fetch", "-q", str(old.path.resolve()), f"HEAD:refs/heads/{source_branch}")
     git(new.path, "update-ref", BASE_REF, new.base)
-    commits = git(new.path, "rev-list", "--reverse", f"{old.base}..{source_branch}").stdout.split()
-    git(new.path, "checkout", "-q", "-B", BRANCH, source_branch)
+    todo = _todo(old_applied, own, topics)
+    commits = [p.commit for p in todo]
+    git(new.path, "checkout", "-q", "-B", BRANCH, new.base)
+    plan = work_dir / f"todo-{to_version}"
+    plan.write_text("".join(f"pick {c}\n" for c in commits), encoding="utf-8")
     env = git_env(date=None)  # keep each patch's author date; the committer date is not exported
-    done = git(new.path, "rebase", "--empty=keep", "--onto", new.base, old.base, BRANCH,
+    env["GIT_SEQUENCE_EDITOR"] = f"cp {shlex.quote(str(plan.resolve()))}"
+    done = git(new.path, "rebase", "-i", "--empty=keep", "--onto", new.base, new.base, BRANCH,
                check=False, env=env)
     stopped_at = len(commits)
     unmerged: list[str] = []
@@ -171,7 +249,8 @@ def rebase(
     results: list[Carried] = []
     texts: dict[str, str] = {}
     lines: list[str] = []
-    for patch, commit in zip(series.patches[:stopped_at], carried, strict=True):
+    for pick, commit in zip(todo[:stopped_at], carried, strict=True):
+        patch = pick.patch
         if is_empty(new.path, commit):
             results.append(Carried(
                 name=patch.name, status="empty",
@@ -180,27 +259,31 @@ def rebase(
             ))
             lines.append(f"# {patch.name}: dropped, {to_version} already has it")
             continue
-        texts[patch.name] = normalise(format_patch(new.path, commit), today)
+        text = normalise(format_patch(new.path, commit), today)
+        before = patch.path.read_text(encoding="utf-8")
+        texts[patch.name] = before if pick.own and normalise(before, today) == text else text
         lines.append(patch.name)
-        results.append(Carried(name=patch.name, status="carried", detail="applied cleanly"))
+        results.append(Carried(name=patch.name, status="carried",
+                               detail="kept" if pick.own else "applied cleanly"))
     resolve = (f"resolve in {new.path}: edit, `git add`, `git rebase --continue` (or `--skip` "
                f"a patch {to_version} has), then `python -m fp4graph refresh {project} {to_version} "
                f"--work-dir {work_dir}`")
-    for i, patch in enumerate(series.patches[stopped_at:]):
+    for i, pick in enumerate(todo[stopped_at:]):
+        patch = pick.patch
         if i == 0:
             why = "conflicts in " + (", ".join(unmerged) or _first_error(done.stderr + done.stdout))
             status = "conflict"
         else:
-            why = f"not carried yet: git stopped at {series.patches[stopped_at].name}"
+            why = f"not carried yet: git stopped at {todo[stopped_at].patch.name}"
             status = "pending"
-        texts[patch.name] = patch.path.read_text(encoding="utf-8")  # A's file, nothing lost
+        texts[patch.name] = patch.path.read_text(encoding="utf-8")  # its file as it was, nothing lost
         lines.append(f"{patch.name} {UNRESOLVED}  # {why}")
         results.append(Carried(name=patch.name, status=status, detail=f"{why}; {resolve}"))
     with atomic_directory(out_dir, replace=True) as staging:
         for name, text in texts.items():
             (staging / name).write_text(text, encoding="utf-8")
         (staging / SERIES_FILE).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    log(f"rebase: wrote {len(texts)} patch(es) to {out_dir}, {len(series.patches) - stopped_at} unresolved")
+    log(f"rebase: wrote {len(texts)} patch(es) to {out_dir}, {len(todo) - stopped_at} unresolved")
     return results
 
 
@@ -214,6 +297,8 @@ class RebaseOptions:
     out: pathlib.Path | None = None  # default patches/<project>/<B>/; refused if it exists
     work_dir: pathlib.Path | None = None  # default: a new temporary directory
     force: bool = False  # replace an existing ``out`` and the work repositories of an earlier run
+    repo: pathlib.Path | None = None  # the upstream clone a pull-request series is cut on
+    topics: tuple[str, ...] = ()  # carry only these topics into B's existing series
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -236,9 +321,10 @@ def run_rebase(settings: Settings, options: RebaseOptions) -> RebaseResult:
     """:func:`rebase` with the command's defaults: B's series into patches/, repositories
     into a new temporary directory; an existing series is replaced only with ``force``."""
     out = options.out or settings.patches_dir / options.project / options.to_version
-    if out.exists() and not options.force:
+    if out.exists() and not options.force and not options.topics:
         raise ConfigError(f"{out}: exists; pass --force to replace it or --out elsewhere")
     work = options.work_dir or pathlib.Path(tempfile.mkdtemp(prefix="fp4graph-rebase-"))
     carried = rebase(settings, options.project, options.from_version, options.to_version, out,
-                     work_dir=work, replace_work=options.force)
+                     work_dir=work, replace_work=options.force, repo=options.repo,
+                     topics=options.topics)
     return RebaseResult(carried=tuple(carried), out=out, work_dir=work)

@@ -6,6 +6,7 @@ import pathlib
 
 from packaging.utils import canonicalize_name
 
+from ..model import pullrequests
 from ..model.errors import ConfigError
 from ..model.series import (
     PATCH_NAME,
@@ -25,9 +26,14 @@ def lint(patches_dir: pathlib.Path) -> list[str]:
         catalog = load(patches_dir / "stacks.toml")
     except ConfigError as exc:
         return [str(exc)]
+    try:
+        cut = {e.key for e in pullrequests.load(patches_dir / "stacks.toml")}
+    except ConfigError as exc:
+        return [str(exc)]
     for project, version, directory in iter_series_dirs(patches_dir):
         where = directory.relative_to(patches_dir.parent)
-        if f"{canonicalize_name(project)}=={version}" not in catalog.artifacts:
+        for_prs = (canonicalize_name(project), version) in cut
+        if not for_prs and f"{canonicalize_name(project)}=={version}" not in catalog.artifacts:
             problems.append(f"{where}: {project} {version} is not pinned in patches/stacks.toml")
         if not (directory / SERIES_FILE).is_file():
             problems.append(f"{where}: no series file")
@@ -57,12 +63,15 @@ def lint(patches_dir: pathlib.Path) -> list[str]:
         numbers = [n[:4] for n in listed]
         if numbers != sorted(numbers):
             problems.append(f"{where}/{SERIES_FILE}: patches are not in NNNN order")
-        problems.extend(_topic_problems(patches_dir, project, version, where))
+        problems.extend(_topic_problems(patches_dir, project, version, where, for_prs=for_prs))
     return sorted(dict.fromkeys(problems))
 
 
-def _topic_problems(patches_dir: pathlib.Path, project: str, version: str, where: object) -> list[str]:
-    """Unresolved patches, topics carried twice, topics the project requires and lacks."""
+def _topic_problems(
+    patches_dir: pathlib.Path, project: str, version: str, where: object, *, for_prs: bool
+) -> list[str]:
+    """Unresolved patches, topics carried twice, topics the project requires and lacks (a
+    pull-request series carries part of the work: its Depends-On lines instead)."""
     try:
         series = load_series(patches_dir, project, version)
     except ConfigError:
@@ -77,7 +86,9 @@ def _topic_problems(patches_dir: pathlib.Path, project: str, version: str, where
                 problems.append(f"{where}/{patch.name}: topic {topic!r} is also {seen[topic]}'s")
             seen.setdefault(topic, patch.name)
     try:
-        problems.extend(series.refusals())
+        problems.extend(series.refusals(topics=not for_prs))
+        if for_prs:
+            problems.extend(pullrequests.dependency_problems(series))
     except ConfigError as exc:  # a project the registry does not know
         problems.append(f"{where}: {exc}")
     root = str(patches_dir.parent) + "/"
