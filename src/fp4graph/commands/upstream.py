@@ -6,8 +6,9 @@ import argparse
 import pathlib
 import sys
 
-from ..forward import prs
-from ..model import projects
+from ..forward import prs, prseries
+from ..model import projects, pullrequests
+from ..model.config import Settings
 from ..model.errors import Fp4graphError
 from . import common
 
@@ -20,7 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("project", choices=projects.NAMES)
     p.add_argument("--version", help="upstream version (default: the newest pinned one)")
     p.add_argument("--repo", type=pathlib.Path, help="a local clone of upstream (default: the pinned sdist)")
-    p.add_argument("--base", help="commit to apply the series on (default: tag v<version>)")
+    p.add_argument("--base", help="commit to apply the series on (default: tag v<version>; with a "
+                   "pull-request series, the clone's branch the series targets, e.g. main)")
+    p.add_argument("--series", help="the pull-request series to use (default: the project's last "
+                   "[[pull-requests]] entry; used with --repo)")
     p.add_argument("--out", type=pathlib.Path,
                    help="output directory (default wheels/upstream/<project>-<version>)")
     p.add_argument("--no-checks", action="store_true", help="skip upstream's pre-commit checks")
@@ -42,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     if args.push and not args.remote:
         raise Fp4graphError("--push needs an explicit --remote (a URL or a remote name of --repo)")
     settings = common.settings(args)
+    cut = pullrequests.find(settings.stacks_file, args.project, args.series)
+    if args.repo is not None and args.version is None and cut is not None:
+        return _run_series(args, settings, cut)
     if args.print_test_requirements:
         if not args.no_tests:
             print("\n".join(prs.test_requirements(settings, args.project, args.version)))
@@ -71,4 +78,35 @@ def run(args: argparse.Namespace) -> int:
         print(f"pushed {len(result.prs)} branch(es) to {args.remote}")
     else:
         print("dry run: nothing pushed (use --push --remote R)")
+    return 0 if result.ok else 1
+
+
+def _run_series(args: argparse.Namespace, settings: Settings, cut: pullrequests.PullRequestSeries) -> int:
+    """Pull requests from a pull-request series, on the clone's real history."""
+    if args.print_test_requirements:
+        if not args.no_tests:
+            print("\n".join(prseries.commit_requirements(args.repo, cut.source.commit, cut.project)))
+        return 0
+    if args.push:
+        raise Fp4graphError("--push: push the branches of the output's repo/ yourself, after review")
+    out = args.out or settings.wheels_dir / "upstream" / f"{cut.project}-{cut.series}"
+    result = prseries.prepare_series(
+        settings, args.project, out, repo=args.repo, series=cut.series, base=args.base,
+        run_checks=not args.no_checks, tools=args.tools, run_tests_=not args.no_tests,
+        python=args.python, tests_must_run=args.tests_must_run,
+        benches=prseries.bench_results(settings.repo),
+    )
+    print(f"{result.project} {result.series}: branches on {result.target_ref} {result.target[:12]}")
+    for carried in result.carried:
+        if carried.status != "carried":
+            print(f"  carry {carried.patch.name}: {carried.status}: {carried.detail}")
+    for pr in result.prs:
+        print(f"  {pr.branch.name}  {pr.branch.status}  +{pr.added_lines}/-{pr.removed_lines}  "
+              f"on {pr.branch.stacked_on or ('+'.join(pr.branch.needs) or 'upstream')}  {pr.patch.subject}")
+        for c in pr.checks:
+            print(f"    check {c.hook}: {'PASSED' if c.ok else c.status} ({len(c.files)} file(s))")
+        for t in pr.tests:
+            before = next((b.outcome for b in pr.without_change if b.path == t.path), "not run")
+            print(f"    test {t.path}: {t.outcome}; without the change: {before}")
+    print(f"wrote {out} (summary.md, prs/*/PR.md, repo/); nothing pushed")
     return 0 if result.ok else 1

@@ -173,6 +173,34 @@ def _todo(old: list[Applied], own: list[Applied], topics: Sequence[str]) -> list
     return todo
 
 
+def run_todo(
+    repo: pathlib.Path, base: str, commits: Sequence[str], plan: pathlib.Path
+) -> tuple[int, list[str], list[str], str]:
+    """``git rebase -i`` of the checked-out branch onto ``base`` with ``commits`` as its
+    todo (each picked in order; one that becomes empty is kept).  Returns how many
+    carried before git stopped, the unmerged files there, the carried commits and git's
+    first error line; a stopped rebase is left in progress for a human to resolve."""
+    plan.write_text("".join(f"pick {c}\n" for c in commits), encoding="utf-8")
+    env = git_env(date=None)  # keep each patch's author date; the committer date is not exported
+    env["GIT_SEQUENCE_EDITOR"] = f"cp {shlex.quote(str(plan.resolve()))}"
+    done = git(repo, "rebase", "-i", "--empty=keep", "--onto", base, base, check=False, env=env)
+    stopped_at = len(commits)
+    unmerged: list[str] = []
+    failure = ""
+    if done.returncode != 0:
+        failure = _first_error(done.stderr + done.stdout)
+        head = git(repo, "rev-parse", "-q", "--verify", "REBASE_HEAD", check=False).stdout.strip()
+        if head not in commits:
+            raise PatchError(f"{repo}: `git rebase` failed: {failure}")
+        stopped_at = list(commits).index(head)
+        unmerged = git(repo, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
+    carried = git(repo, "rev-list", "--reverse", f"{base}..HEAD").stdout.split()
+    if len(carried) != stopped_at:
+        raise PatchError(f"{repo}: git rebase carried {len(carried)} commit(s) before stopping "
+                         f"at patch {stopped_at + 1}; inspect the repository")
+    return stopped_at, unmerged, carried, failure
+
+
 def rebase(
     settings: Settings,
     project: str,
@@ -227,24 +255,9 @@ def rebase(
     todo = _todo(old_applied, own, topics)
     commits = [p.commit for p in todo]
     git(new.path, "checkout", "-q", "-B", BRANCH, new.base)
-    plan = work_dir / f"todo-{to_version}"
-    plan.write_text("".join(f"pick {c}\n" for c in commits), encoding="utf-8")
-    env = git_env(date=None)  # keep each patch's author date; the committer date is not exported
-    env["GIT_SEQUENCE_EDITOR"] = f"cp {shlex.quote(str(plan.resolve()))}"
-    done = git(new.path, "rebase", "-i", "--empty=keep", "--onto", new.base, new.base, BRANCH,
-               check=False, env=env)
-    stopped_at = len(commits)
-    unmerged: list[str] = []
-    if done.returncode != 0:
-        head = git(new.path, "rev-parse", "-q", "--verify", "REBASE_HEAD", check=False).stdout.strip()
-        if head not in commits:
-            raise PatchError(f"{new.path}: `git rebase` failed: {_first_error(done.stderr + done.stdout)}")
-        stopped_at = commits.index(head)
-        unmerged = git(new.path, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
-    carried = git(new.path, "rev-list", "--reverse", f"{new.base}..HEAD").stdout.split()
-    if len(carried) != stopped_at:
-        raise PatchError(f"{new.path}: git rebase carried {len(carried)} commit(s) before stopping "
-                         f"at patch {stopped_at + 1}; inspect the repository")
+    stopped_at, unmerged, carried, failure = run_todo(
+        new.path, new.base, commits, work_dir / f"todo-{to_version}"
+    )
 
     results: list[Carried] = []
     texts: dict[str, str] = {}
@@ -271,7 +284,7 @@ def rebase(
     for i, pick in enumerate(todo[stopped_at:]):
         patch = pick.patch
         if i == 0:
-            why = "conflicts in " + (", ".join(unmerged) or _first_error(done.stderr + done.stdout))
+            why = "conflicts in " + (", ".join(unmerged) or failure)
             status = "conflict"
         else:
             why = f"not carried yet: git stopped at {todo[stopped_at].patch.name}"
