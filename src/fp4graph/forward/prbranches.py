@@ -33,7 +33,7 @@ CARRIED_REF = "refs/fp4graph/carried"
 # Our header lines, never upstream's: stripped from the messages on PR branches.
 _OURS = frozenset({
     "Description", "Topic", "Origin", "Forwarded", "Applied-Upstream", "Last-Update",
-    pullrequests.DEPENDS_FIELD, "Bench",
+    pullrequests.DEPENDS_FIELD, "Bench", "Pending",
 })
 
 

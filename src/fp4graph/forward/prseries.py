@@ -42,6 +42,9 @@ from .prs import _issue_ref, _sections, issue_links, link_editable_data, prose
 from .sources import SourceRepo, checkout_at, clone, git
 
 DEFAULT_TIMEOUT = 900
+# Loaded into the tests' pytest by name (never imported here): torch's device queries
+# answered as an SM120 card, for hosts without a GPU.
+SIMULATED_GPU_PLUGIN = "fp4graph.verify.pytest_simulated_gpu"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -96,6 +99,7 @@ class SeriesResult:
     checks_source: str
     template_source: str
     tests_must_run: bool = False
+    simulated_gpu: bool = False
 
     @property
     def ok(self) -> bool:
@@ -149,7 +153,7 @@ def _cases(report: pathlib.Path) -> dict[str, str]:
 
 def run_tests(
     root: pathlib.Path, paths: Sequence[str], project: str, python: str, timeout: int,
-    scratch: pathlib.Path,
+    scratch: pathlib.Path, *, simulated_gpu: bool = False,
 ) -> list[TestFile]:
     """Each test file with pytest (or as a script), from ``root``; per-test outcomes."""
     entry = projects.get(project)
@@ -163,7 +167,9 @@ def run_tests(
         if entry.tests_run_as == "script":
             cmd = [python, rel]
         else:
-            cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", rel]
+            plugin = ["-p", SIMULATED_GPU_PLUGIN] if simulated_gpu else []
+            cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin,
+                   f"--junitxml={report}", rel]
         shown = f"pytest {rel}" if entry.tests_run_as == "pytest" else f"python {rel}"
         if probe.returncode != 0:
             runs.append(TestFile(path=rel, command=shown, outcome="not-run",
@@ -233,6 +239,7 @@ def prepare_series(
     test_timeout: int = DEFAULT_TIMEOUT,
     tests_must_run: bool = False,
     bench: tuple[pathlib.Path, Any] | None = None,
+    simulated_gpu: bool = False,
 ) -> SeriesResult:
     """Build ``out`` (replacing it) from ``project``'s pull-request series on ``repo``."""
     entry = pullrequests.find(settings.stacks_file, project, series)
@@ -284,13 +291,15 @@ def prepare_series(
             ran: list[TestFile] = []
             before: list[TestFile] = []
             if run_tests_ and tests:
-                ran = run_tests(source.path, tests, project, python, test_timeout, scratch)
+                ran = run_tests(source.path, tests, project, python, test_timeout, scratch,
+                                simulated_gpu=simulated_gpu)
                 git(source.path, "checkout", "-q", "-f", "--detach", branch.parent)
                 present = [t for t in tests if git(source.path, "cat-file", "-e",
                                                     f"{branch.commit}:{t}", check=False).returncode == 0]
                 if present:
                     git(source.path, "checkout", branch.commit, "--", *present)
-                before = run_tests(source.path, tests, project, python, test_timeout, scratch)
+                before = run_tests(source.path, tests, project, python, test_timeout, scratch,
+                                   simulated_gpu=simulated_gpu)
                 git(source.path, "reset", "-q", "--hard")
             prs.append(PullRequest(branch=branch, files=files, added_lines=added,
                                    removed_lines=removed, checks=tuple(results),
@@ -301,7 +310,7 @@ def prepare_series(
             project=entry.project, series=entry.series, pinned=entry.source, target=target,
             target_ref=base or entry.source.ref, repo=out / "repo", carried=tuple(carried),
             prs=tuple(prs), checks_source=checks_source, template_source=template_source,
-            tests_must_run=tests_must_run,
+            tests_must_run=tests_must_run, simulated_gpu=simulated_gpu,
         )
         _write_prs(staging, source, result, template, bench, python)
         _write_summary(staging, result)
@@ -402,8 +411,10 @@ def render_body(
                  "one adds one commit).")
     elif pr.branch.needs:
         stack = "\n\nNeeds " + ", ".join(f"`{t}`" for t in pr.branch.needs) + " below it."
+    pending = patch.fields.get("Pending", "").strip()
+    pending_note = f"**Draft, pending {pending}**\n\n" if pending else ""
     fill = {
-        "description": f"{prose(patch)}{stack}",
+        "description": f"{pending_note}{prose(patch)}{stack}",
         "related issues": issues,
         "reviewer notes": "\n".join([
             f"Base: {base_note}. Files: {len(pr.files)}, +{pr.added_lines} / -{pr.removed_lines}.",
@@ -455,6 +466,9 @@ def _write_prs(
     bench: tuple[pathlib.Path, Any] | None, python: str,
 ) -> None:
     python_note = _python_note(python)
+    if result.simulated_gpu:
+        python_note += (", under a simulated GPU: torch's device queries answered as an SM120 "
+                        "card by a test plugin, no kernel runs (simulation)")
     for number, pr in enumerate(result.prs, 1):
         if not pr.branch.built:
             continue
@@ -483,6 +497,7 @@ def summary_data(result: SeriesResult) -> dict[str, Any]:
         "prs": [{
             "patch": pr.patch.name, "topic": pr.patch.topic, "subject": pr.patch.subject,
             "branch": pr.branch.name, "status": pr.branch.status, "detail": pr.branch.detail,
+            "pending": pr.patch.fields.get("Pending", "").strip() or None,
             "commit": pr.branch.commit, "stacked_on": pr.branch.stacked_on,
             "needs": list(pr.branch.needs), "files": list(pr.files),
             "added": pr.added_lines, "removed": pr.removed_lines,
@@ -519,8 +534,10 @@ def _write_summary(staging: pathlib.Path, result: SeriesResult) -> None:
             for t in pr.tests) or "none"
         flag = " **passes without the change: " + ", ".join(pr.passing_without_change()) + "**" \
             if pr.passing_without_change() else ""
+        pending = pr.patch.fields.get("Pending", "").strip()
+        status = pr.branch.status + (f", **pending {pending}**" if pending else "")
         lines.append(f"| {number} | {pr.patch.subject} | +{pr.added_lines}/-{pr.removed_lines} | "
-                     f"`{pr.branch.name}` | {on} | {pr.branch.status} | {tests}{flag} |")
+                     f"`{pr.branch.name}` | {on} | {status} | {tests}{flag} |")
     lines += ["", "## Carry", ""]
     lines += [f"- {c.patch.name}: {c.status} ({c.detail})" for c in result.carried]
     lines += ["", "## Checks", ""]
