@@ -57,3 +57,21 @@ def real_requirements() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(projects, "PROJECTS", REAL_PROJECTS)
         yield
+
+
+def upstream_history(root: pathlib.Path, commits: list[dict[str, str]]) -> list[str]:
+    """A git repository at ``root`` with one commit per mapping of files (path -> text,
+    written over the previous commit's tree) on branch ``main``; the commit ids."""
+    from fp4graph.forward.sources import git
+
+    root.mkdir(parents=True)
+    git(root, "init", "-q", "-b", "main")
+    shas = []
+    for number, files in enumerate(commits, 1):
+        for path, text in files.items():
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text)
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", f"upstream commit {number}")
+        shas.append(git(root, "rev-parse", "HEAD").stdout.strip())
+    return shas

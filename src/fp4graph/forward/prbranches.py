@@ -65,12 +65,21 @@ def branch_name(patch: Patch) -> str:
     return BRANCH_PREFIX + patch.topic.rstrip("-.")
 
 
+def _ours(line: str) -> bool:
+    m = DEP3_FIELD.match(line)
+    return bool(m) and (m["name"] in _OURS or m["name"].startswith("Bug"))  # type: ignore[index]
+
+
 def upstream_message(patch_text: str) -> str:
     """``patch_text`` with our DEP-3 lines taken out of its message."""
     head, sep, rest = patch_text.partition("\n---\n")
-    kept = [ln for ln in head.split("\n")
-            if not ((m := DEP3_FIELD.match(ln)) and (m["name"] in _OURS or m["name"].startswith("Bug")))]
+    kept = [ln for ln in head.split("\n") if not _ours(ln)]
     return re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).rstrip("\n") + "\n" + sep + rest
+
+
+def upstream_prose(patch: Patch) -> str:
+    """The patch's message body without our DEP-3 lines (what the commit says upstream)."""
+    return "\n".join(ln for ln in patch.body.splitlines() if not _ours(ln)).strip()
 
 
 def carry(repo: SourceRepo, series: Series, target: str, work: pathlib.Path) -> list[CarriedPatch]:

@@ -38,7 +38,7 @@ from ..model.files import atomic_directory
 from ..model.log import log
 from ..model.series import Patch, load_series
 from . import checks, prbranches
-from .prs import _issue_ref, _sections, issue_links, link_editable_data, prose
+from .prs import _issue_ref, _sections, issue_links, link_editable_data
 from .sources import SourceRepo, checkout_at, clone, git
 
 DEFAULT_TIMEOUT = 900
@@ -414,7 +414,7 @@ def render_body(
     pending = patch.fields.get("Pending", "").strip()
     pending_note = f"**Draft, pending {pending}**\n\n" if pending else ""
     fill = {
-        "description": f"{pending_note}{prose(patch)}{stack}",
+        "description": f"{pending_note}{prbranches.upstream_prose(patch)}{stack}",
         "related issues": issues,
         "reviewer notes": "\n".join([
             f"Base: {base_note}. Files: {len(pr.files)}, +{pr.added_lines} / -{pr.removed_lines}.",
@@ -501,7 +501,7 @@ def summary_data(result: SeriesResult) -> dict[str, Any]:
             "commit": pr.branch.commit, "stacked_on": pr.branch.stacked_on,
             "needs": list(pr.branch.needs), "files": list(pr.files),
             "added": pr.added_lines, "removed": pr.removed_lines,
-            "closes": re.findall(r"(?:Closes|Fixes) (\S*#\d+)", prose(pr.patch)),
+            "closes": re.findall(r"(?:Closes|Fixes) (\S*#\d+)", prbranches.upstream_prose(pr.patch)),
             "checks": [{"hook": c.hook, "command": c.command, "status": c.status, "output": c.output}
                        for c in pr.checks],
             "tests": [dataclasses.asdict(t) for t in pr.tests],

@@ -1,0 +1,215 @@
+"""forward.prseries / prbranches: pull requests from a pull-request series, on real history.
+
+A fixture upstream repository (three commits on main, the last one newer than the
+series' pinned commit) and a three-patch series cut on the pinned commit: a fix with a
+test that fails without it, a follow-up that declares it on ``Depends-On:``, and an
+independent change whose test passes without it (flagged).  Plain git and pytest, no
+network.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import sys
+
+import pytest
+
+from fp4graph import cli
+from fp4graph.forward import prseries
+from fp4graph.forward.sources import git
+from fp4graph.model import pullrequests
+from fp4graph.model.config import Settings
+from fp4graph.model.errors import ConfigError
+from fp4graph.wheels.lint import lint
+from harness.checkout import upstream_history
+
+FI = "flashinfer-python"
+CALC = "flashinfer/calc.py"
+CALC_V1 = "def scale(x):\n    return x * 3  # wrong: should double\n\n\ndef offset(x):\n    return x\n"
+NOTES = "flashinfer/notes.py"
+TEMPLATE = (
+    "## 📌 Description\n\n<!-- What does this PR do? -->\n\n## 🔍 Related Issues\n\n"
+    "## 🚀 Pull Request Checklist\n\n### ✅ Pre-commit Checks\n\n"
+    "- [ ] I have installed the hooks with `pre-commit install`.\n"
+    "- [ ] I have run the hooks manually with `pre-commit run --all-files` and fixed any "
+    "reported issues.\n\n## 🧪 Tests\n\n- [ ] Tests have been added or updated as needed.\n"
+    "- [ ] All tests are passing (`unittest`, etc.).\n\n## Reviewer Notes\n"
+)
+FIX_TEST = "from flashinfer.calc import scale\n\n\ndef test_scale_doubles():\n    assert scale(2) == 4\n"
+FOLLOW_TEST = ("from flashinfer.calc import offset, scale\n\n\n"
+               "def test_offset_after_scale():\n    assert offset(scale(1)) == 3\n")
+GUARD_TEST = "from flashinfer.notes import NOTE\n\n\ndef test_note_is_text():\n    assert isinstance(NOTE, str)\n"
+
+
+def _patch(work: pathlib.Path, files: dict[str, str], subject: str, fields: dict[str, str]) -> str:
+    """One ``git format-patch`` file: ``files`` written in ``work`` and committed."""
+    for path, text in files.items():
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(text)
+    git(work, "add", "-A")
+    body = "Why and what.\n\nRepro:\n\n    python -c 'from flashinfer.calc import scale'\n\n"
+    header = "".join(f"{k}: {v}\n" for k, v in {
+        "Description": subject, **fields, "Origin": "fp4graph",
+        "Bug": "https://github.com/flashinfer-ai/flashinfer/issues/2999",
+        "Forwarded": "not-yet", "Applied-Upstream": "no", "Last-Update": "2026-12-01",
+    }.items())
+    git(work, "commit", "-q", "-m", f"{subject}\n\n{body}{header}")
+    return git(work, "format-patch", "-1", "--stdout", "--zero-commit", "--no-numbered",
+               "--signature=fp4graph", "HEAD").stdout
+
+
+@pytest.fixture
+def world(checkout: Settings, tmp_path: pathlib.Path) -> dict[str, object]:
+    upstream = tmp_path / "flashinfer"
+    shas = upstream_history(upstream, [
+        {"flashinfer/__init__.py": "", CALC: CALC_V1, NOTES: 'NOTE = "v1"\n', "tests/__init__.py": "",
+         ".github/pull_request_template.md": TEMPLATE},
+        {"README.md": "main moved on\n"},
+        {NOTES: 'NOTE = "v3: rewritten upstream"\n'},
+    ])
+    pinned = shas[1]
+    git(upstream, "branch", "-q", "pinned", pinned)
+    work = tmp_path / "cut"
+    git(tmp_path, "clone", "-q", str(upstream), str(work))
+    git(work, "checkout", "-q", pinned)
+    fixed = CALC_V1.replace("x * 3  # wrong: should double", "x * 2")
+    texts = [
+        _patch(work, {CALC: fixed, "tests/utils/test_scale.py": FIX_TEST},
+               "fix(calc): scale doubles", {"Topic": "scale-fix"}),
+        _patch(work, {CALC: fixed.replace("return x\n", "return x + 1\n"),
+                      "tests/utils/test_offset.py": FOLLOW_TEST},
+               "feat(calc): offset adds one", {"Topic": "offset", "Depends-On": "scale-fix"}),
+        _patch(work, {NOTES: 'NOTE = "v2"\n', "tests/utils/test_notes.py": GUARD_TEST},
+               "docs(notes): a new note", {"Topic": "notes", "Bench": "peers"}),
+    ]
+    series = pullrequests.series_name(pullrequests.UpstreamCommit(repo="x/y", ref="main", commit=pinned))
+    directory = checkout.patches_dir / FI / series
+    directory.mkdir(parents=True)
+    names = [f"000{i}-{t}.patch" for i, t in enumerate(("scale-fix", "offset", "notes"), 1)]
+    for name, text in zip(names, texts, strict=True):
+        (directory / name).write_text(text)
+    (directory / "series").write_text("".join(n + "\n" for n in names))
+    with checkout.stacks_file.open("a") as f:
+        f.write(f'\n[[pull-requests]]\nproject = "{FI}"\nseries = "{series}"\nfrom = "0.7.4"\n'
+                f'source = {{ repo = "flashinfer-ai/flashinfer", ref = "main", commit = "{pinned}" }}\n')
+    return {"upstream": upstream, "shas": shas, "series": series, "directory": directory,
+            "names": names}
+
+
+def _prepare(checkout: Settings, world: dict[str, object], out: pathlib.Path, **kw: object) -> prseries.SeriesResult:
+    return prseries.prepare_series(
+        checkout, FI, out, repo=world["upstream"], series=str(world["series"]),
+        run_checks=False, python=sys.executable, **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_lint_accepts_the_series_and_its_dependencies(checkout: Settings, world: dict[str, object]) -> None:
+    assert [p for p in lint(checkout.patches_dir) if str(world["series"]) in p] == []
+    directory = world["directory"]
+    assert isinstance(directory, pathlib.Path)
+    first = directory / str(world["names"][0])  # type: ignore[index]
+    first.write_text(first.read_text().replace("Topic: scale-fix", "Topic: scale-fix\nDepends-On: notes"))
+    problems = [p for p in lint(checkout.patches_dir) if str(world["series"]) in p]
+    assert problems and "Depends-On: 'notes' is no topic of an earlier patch" in problems[0]
+
+
+def test_branches_sit_on_upstream_and_stack_only_where_declared(
+    checkout: Settings, world: dict[str, object], tmp_path: pathlib.Path
+) -> None:
+    shas = world["shas"]
+    assert isinstance(shas, list)
+    result = _prepare(checkout, world, tmp_path / "out", base=shas[1])
+    repo = tmp_path / "out" / "repo"
+    by_topic = {pr.patch.topic: pr for pr in result.prs}
+    assert [pr.branch.status for pr in result.prs] == ["built"] * 3
+    fix, follow, notes = by_topic["scale-fix"], by_topic["offset"], by_topic["notes"]
+    # real upstream history: every branch descends from upstream's commit
+    for pr in result.prs:
+        assert git(repo, "merge-base", "--is-ancestor", shas[1], pr.branch.name, check=False).returncode == 0
+    assert fix.branch.parent == shas[1] and fix.branch.stacked_on is None
+    assert follow.branch.stacked_on == "fp4graph/scale-fix" and follow.branch.parent == fix.branch.commit
+    assert notes.branch.parent == shas[1] and notes.branch.needs == ()  # un-stacked
+    # our DEP-3 lines stay out of the upstream commits
+    message = git(repo, "log", "-1", "--format=%B", follow.branch.name).stdout
+    assert "Topic:" not in message and "Depends-On:" not in message and "Repro:" in message
+    # tests: with the change, and on the commit below it with only the test files
+    assert [(t.path, t.outcome) for t in fix.tests] == [("tests/utils/test_scale.py", "passed")]
+    assert [t.outcome for t in fix.without_change] == ["failed"]
+    assert fix.passing_without_change() == []
+    assert [t.outcome for t in follow.without_change] == ["failed"]  # below it: the fix alone
+    assert notes.passing_without_change() == ["tests.utils.test_notes::test_note_is_text"]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [p["stacked_on"] for p in summary["prs"]] == [None, "fp4graph/scale-fix", None]
+    assert "passes without the change" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_bodies_name_no_file_of_ours_and_tick_only_what_ran(
+    checkout: Settings, world: dict[str, object], tmp_path: pathlib.Path
+) -> None:
+    shas = world["shas"]
+    assert isinstance(shas, list)
+    _prepare(checkout, world, tmp_path / "out", base=shas[1])
+    bodies = {p.parent.name: p.read_text() for p in (tmp_path / "out" / "prs").glob("*/PR.md")}
+    assert sorted(bodies) == ["01-scale-fix", "02-offset", "03-notes"]
+    for body in bodies.values():
+        assert not re.search(r"patches/|\.patch\b|fp4graph|stacks\.toml|series", body), body
+        assert "- [ ] I have run the hooks manually with `pre-commit run --all-files`" in body
+        assert "- [x] Tests have been added or updated as needed." in body
+        assert "Why and what." in body and "Repro:" in body
+    assert "Stacked on `fp4graph/scale-fix`" not in bodies["01-scale-fix"]
+    assert "Stacked on" in bodies["02-offset"]
+    assert "- [x] All tests are passing" in bodies["01-scale-fix"]
+    assert "test_note_is_text" in bodies["03-notes"] and "pass without this change" in bodies["03-notes"]
+    # each body lists its own test files only
+    assert "test_scale.py" in bodies["01-scale-fix"] and "test_notes.py" not in bodies["01-scale-fix"]
+    assert "No benchmark: this change makes no performance claim." in bodies["01-scale-fix"]
+    assert "Not measured yet" in bodies["03-notes"] or "Measured on" in bodies["03-notes"]
+
+
+def test_a_newer_main_conflicts_per_patch_and_nothing_is_dropped(
+    checkout: Settings, world: dict[str, object], tmp_path: pathlib.Path
+) -> None:
+    result = _prepare(checkout, world, tmp_path / "out")  # the clone's main: one commit newer
+    shas = world["shas"]
+    assert isinstance(shas, list)
+    assert result.target == shas[2]
+    assert [(c.patch.topic, c.status) for c in result.carried] == [
+        ("scale-fix", "carried"), ("offset", "carried"), ("notes", "conflict")]
+    assert "flashinfer/notes.py" in result.carried[2].detail
+    assert [pr.branch.status for pr in result.prs] == ["built", "built", "conflict"]
+    assert not result.ok
+    fix = result.prs[0]
+    assert fix.branch.parent == shas[2]
+
+
+def test_an_undeclared_dependency_is_reported(
+    checkout: Settings, world: dict[str, object], tmp_path: pathlib.Path
+) -> None:
+    directory = world["directory"]
+    assert isinstance(directory, pathlib.Path)
+    second = directory / str(world["names"][1])  # type: ignore[index]
+    second.write_text(second.read_text().replace("Depends-On: scale-fix\n", ""))
+    shas = world["shas"]
+    assert isinstance(shas, list)
+    result = _prepare(checkout, world, tmp_path / "out", base=shas[1])
+    follow = result.prs[1]
+    assert follow.branch.status == "conflict"
+    assert "needs an earlier patch it does not declare" in follow.branch.detail
+    assert result.prs[2].branch.status == "built" and not result.ok
+
+
+def test_the_command_needs_the_clone_for_a_series(
+    checkout: Settings, world: dict[str, object], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path,
+) -> None:
+    monkeypatch.chdir(checkout.repo)
+    code = cli.main(["upstream", FI, "--repo", str(world["upstream"]), "--series", str(world["series"]),
+                     "--no-checks", "--base", "pinned", "--out", str(tmp_path / "cli")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "fp4graph/offset  built" in out and "on fp4graph/scale-fix" in out
+    assert "FLAG tests.utils.test_notes::test_note_is_text: passes without the change" in out
+    with pytest.raises(ConfigError, match="no \\[\\[pull-requests\\]\\] series for sglang"):
+        prseries.prepare_series(checkout, "sglang", tmp_path / "x", repo=tmp_path)
