@@ -14,6 +14,8 @@ each under ``benchmarks/fp4bench/``:
              test in its candidate forms
   peers      (p) every project's design around the same fp4_quantize: eager cost, cost in a
              captured CUDA graph, Dynamo trace time of a 32-layer block
+  imports    (i) import cost: each design's registration (does it import torch._dynamo?),
+             and ``import flashinfer`` patched vs pristine, fresh processes in ABBA order
   block      (b) 32 x [RMSNorm -> fp4_quantize -> GEMM -> add], eager vs compiled + graphs
 
 Below SM100, FlashInfer's fp4 kernels are compiled out (``#if __CUDA_ARCH__ >= 1000``): the
@@ -43,7 +45,7 @@ from fp4bench.common import log  # noqa: E402
 from fp4bench.plots import plot_all  # noqa: E402
 from fp4bench.report import report  # noqa: E402
 
-SECTIONS = ("warmup", "eager", "decompose", "peers", "block")
+SECTIONS = ("warmup", "eager", "decompose", "peers", "imports", "block")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -71,6 +73,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ops", default="", help="comma-separated subset of ops for (a)")
     ap.add_argument("--decompose-tokens", default="1,256", help="token counts for (a')")
     ap.add_argument("--peer-tokens", default="1,16,256", help="token counts for (p)")
+    ap.add_argument("--import-pairs", type=int, default=10, help="ABBA pairs for (i)")
     ap.add_argument("--block-tokens", default="1,8,64")
     ap.add_argument("--block-k", type=int, default=2048)
     ap.add_argument("--layers", type=int, default=32)

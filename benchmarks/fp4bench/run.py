@@ -20,6 +20,7 @@ from .block import _smoke_fi, bench_block
 from .common import SM90_NOTE, git_commit, log
 from .decompose import DECOMPOSE_ARMS, DECOMPOSE_OPS, bench_decompose, decompose_arms
 from .eager import PRIVATE_NAMES, bench_eager, bytecode_diff, eager_noise, guard_cost_ns
+from .imports import bench_imports
 from .peers import bench_peers, build_designs, smoke_kernels
 from .warmup import bench_warmup
 
@@ -221,6 +222,15 @@ def run_peers(run: Run) -> None:
         designs, tokens(run.args.peer_tokens), run.args.k, run.rounds(), run.calls()
     )
     run.result["peers"]["seconds"] = time.perf_counter() - t
+    run.save()
+
+
+def run_imports(run: Run) -> None:
+    t = time.perf_counter()
+    run.result["imports"] = bench_imports(
+        run.patched_tree, run.pristine_tree, run.work, 2 if common.SMOKE else run.args.import_pairs
+    )
+    run.result["imports"]["seconds"] = time.perf_counter() - t
     run.save()
 
 
