@@ -108,8 +108,8 @@ def bench_imports(
         return out
     trees = {"patched": _IMPORT.format(tree=str(patched_tree)),
              "pristine": _IMPORT.format(tree=str(pristine_tree))}
-    runs = _abba(trees, pairs, env)
-    for name, rs in runs.items():
+    imported = _abba(trees, pairs, env)
+    for name, rs in imported.items():
         ok = [r for r in rs if "error" not in r]
         out["flashinfer"][name] = {
             "import_s": statistics.median(r["import_s"] for r in ok) if ok else None,
@@ -117,7 +117,7 @@ def bench_imports(
             "imports_dynamo": any(r["dynamo"] for r in ok),
             "errors": [r["error"] for r in rs if "error" in r][:1],
         }
-    good = [(a, b) for a, b in zip(runs["patched"], runs["pristine"], strict=True)
+    good = [(a, b) for a, b in zip(imported["patched"], imported["pristine"], strict=True)
             if "error" not in a and "error" not in b]
     if good:
         out["flashinfer"]["ratio"] = summary([a["import_s"] / b["import_s"] for a, b in good])
