@@ -25,6 +25,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import zipfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -79,6 +80,7 @@ class Result:
     prs: tuple[PullRequest, ...]
     # A test that could not run (a missing module) or skipped all it had fails too.
     tests_must_run: bool = False
+    not_proposed: tuple[tuple[str, str], ...] = ()  # (patch name, why)
 
     @property
     def ok(self) -> bool:
@@ -321,6 +323,43 @@ def run_added_tests(
     return runs
 
 
+# --- what is not proposed ----------------------------------------------------------
+
+_FLASHINFER_CALL = re.compile(r'getattr\(flashinfer, "(\w+)"|\bflashinfer\.(\w+)\(')
+
+
+def not_proposed(settings: Settings, series: Series) -> dict[str, str]:
+    """Patches no pull request should carry: upstream already has them (their
+    ``Applied-Upstream:``), or they call a FlashInfer function no pinned FlashInfer
+    release defines (the patch waits for that API upstream)."""
+    out: dict[str, str] = {}
+    newest = None
+    for patch in series.patches:
+        applied = patch.fields.get("Applied-Upstream", "no").strip()
+        if applied.lower() not in ("no", ""):
+            out[patch.name] = f"already upstream (Applied-Upstream: {applied})"
+            continue
+        if series.project == "flashinfer-python":
+            continue
+        added = "\n".join(ln for ln in patch.diff.splitlines() if ln.startswith("+"))
+        names = sorted({a or b for a, b in _FLASHINFER_CALL.findall(added)})
+        if not names:
+            continue
+        if newest is None:
+            newest = target_artifact(settings, "flashinfer-python", None)
+            with zipfile.ZipFile(fetch(settings, newest.project, newest.file())) as zf:
+                text = "\n".join(zf.read(n).decode(errors="replace")
+                                 for n in zf.namelist() if n.endswith(".py"))
+        missing = [n for n in names if not re.search(rf"^def {n}\(", text, re.M)]
+        if missing:
+            out[patch.name] = (
+                f"needs flashinfer.{', flashinfer.'.join(missing)}, which no FlashInfer release "
+                f"pinned here has (newest: {newest.version}): it waits for FlashInfer's own "
+                "pull request of that API"
+            )
+    return out
+
+
 # --- the command ------------------------------------------------------------------
 
 
@@ -392,7 +431,9 @@ def prepare(
         tests = run_added_tests(source, series, python, test_timeout) if run_tests else []
         template, template_source = read_template(source.path, project)
         bench = latest_bench(settings.repo)
-        prs = _write_prs(staging, source, applied, template, check_results, tests, bench)
+        skipped = not_proposed(settings, series)
+        prs = _write_prs(staging, source, [a for a in applied if a.patch.name not in skipped],
+                         template, check_results, tests, bench)
         result = Result(
             project=project, version=artifact.version, series_version=series.version,
             origin=source.origin, repo=out / "repo", checks_source=checks_source,
@@ -401,7 +442,7 @@ def prepare(
                 pr, patch_file=out / pr.patch_file.relative_to(staging),
                 body_file=out / pr.body_file.relative_to(staging),
             ) for pr in prs),
-            tests_must_run=tests_must_run,
+            tests_must_run=tests_must_run, not_proposed=tuple(skipped.items()),
         )
         _write_summary(staging, result, template_source)
     return result
@@ -472,6 +513,7 @@ def _write_summary(staging: pathlib.Path, result: Result, template_source: str) 
             for c in result.checks
         ],
         "tests": [dataclasses.asdict(t) for t in result.tests],
+        "not_proposed": [{"patch": n, "why": w} for n, w in result.not_proposed],
         "prs": [
             {"patch": pr.patch.name, "subject": pr.patch.subject, "branch": pr.branch,
              "commit": pr.commit, "stacked_on": pr.stacked_on,
@@ -494,6 +536,11 @@ def _write_summary(staging: pathlib.Path, result: Result, template_source: str) 
         "|---|---|---|",
         *[f"| {pr.patch.subject} | `{pr.branch}` | {f'`{pr.stacked_on}`' if pr.stacked_on else 'base'} |"
           for pr in result.prs],
+        "",
+        "## Not proposed",
+        "",
+        *[f"- {name}: {why}" for name, why in result.not_proposed],
+        *(["- (none)"] if not result.not_proposed else []),
         "",
         "## Checks",
         "",

@@ -239,9 +239,14 @@ def prepare_series(
     test_timeout: int = DEFAULT_TIMEOUT,
     tests_must_run: bool = False,
     bench: tuple[pathlib.Path, Any] | None = None,
-    simulated_gpu: bool = False,
+    simulated_gpu: bool | None = None,
 ) -> SeriesResult:
-    """Build ``out`` (replacing it) from ``project``'s pull-request series on ``repo``."""
+    """Build ``out`` (replacing it) from ``project``'s pull-request series on ``repo``;
+    ``simulated_gpu`` None: simulated where ``python``'s torch sees no GPU."""
+    if simulated_gpu is None:
+        probe = subprocess.run([python, "-c", "import torch; print(torch.cuda.is_available())"],
+                               capture_output=True, text=True)
+        simulated_gpu = probe.stdout.strip() != "True"
     entry = pullrequests.find(settings.stacks_file, project, series)
     if entry is None:
         raise ConfigError(
