@@ -213,3 +213,52 @@ def test_the_command_needs_the_clone_for_a_series(
     assert "FLAG tests.utils.test_notes::test_note_is_text: passes without the change" in out
     with pytest.raises(ConfigError, match="no \\[\\[pull-requests\\]\\] series for sglang"):
         prseries.prepare_series(checkout, "sglang", tmp_path / "x", repo=tmp_path)
+
+
+def test_rebase_carries_a_series_to_a_newer_main_and_one_topic_again(
+    checkout: Settings, world: dict[str, object], tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The round trip on pull-request series: carry S1 (pinned commit) onto S2 (main one
+    commit newer; its notes.py rewritten): the notes patch conflicts and is written
+    unresolved; after the resolution, a reworked fix in S1 is taken into S2 again with
+    --topic (a re-run), the other patches kept byte for byte."""
+    monkeypatch.chdir(checkout.repo)
+    shas = world["shas"]
+    assert isinstance(shas, list)
+    s1 = str(world["series"])
+    s2 = pullrequests.series_name(pullrequests.UpstreamCommit(repo="x/y", ref="main", commit=shas[2]))
+    with checkout.stacks_file.open("a") as f:
+        f.write(f'\n[[pull-requests]]\nproject = "{FI}"\nseries = "{s2}"\nfrom = "0.7.4"\n'
+                f'source = {{ repo = "flashinfer-ai/flashinfer", ref = "main", commit = "{shas[2]}" }}\n')
+    work = tmp_path / "work"
+    code = cli.main(["rebase", FI, s1, s2, "--repo", str(world["upstream"]), "--work-dir", str(work)])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "0003-notes.patch: conflict: conflicts in flashinfer/notes.py" in out
+    target = checkout.patches_dir / FI / s2
+    assert (target / "series").read_text().splitlines() == [
+        "0001-scale-fix.patch", "0002-offset.patch",
+        "0003-notes.patch unresolved  # conflicts in flashinfer/notes.py"]
+    # resolve: upstream's rewrite makes the note patch moot; skip it and refresh
+    repo = work / f"to-{s2}"
+    git(repo, "rebase", "--skip", check=False)
+    assert cli.main(["refresh", FI, s2, "--work-dir", str(work), "--drop", "notes"]) == 0
+    capsys.readouterr()
+    kept = (target / "0002-offset.patch").read_bytes()
+    # the fix is reworked in S1 (its test asserts more); take that topic into S2 again
+    directory = world["directory"]
+    assert isinstance(directory, pathlib.Path)
+    first = directory / "0001-scale-fix.patch"
+    first.write_text(first.read_text().replace(
+        "+    assert scale(2) == 4\n", "+    assert scale(2) == 4\n+    assert scale(0) == 0\n"
+    ).replace("@@ -0,0 +1,5 @@\n+from flashinfer.calc import scale", "@@ -0,0 +1,6 @@\n+from flashinfer.calc import scale"))
+    code = cli.main(["rebase", FI, s1, s2, "--repo", str(world["upstream"]), "--topic", "scale-fix",
+                     "--work-dir", str(tmp_path / "work2")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "0001-scale-fix.patch: carried: applied cleanly" in out
+    assert "0002-offset.patch: carried: kept" in out
+    assert (target / "series").read_text().splitlines() == ["0001-scale-fix.patch", "0002-offset.patch"]
+    assert "+    assert scale(0) == 0" in (target / "0001-scale-fix.patch").read_text()
+    assert (target / "0002-offset.patch").read_bytes() == kept
