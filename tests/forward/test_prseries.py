@@ -142,7 +142,8 @@ def test_branches_sit_on_upstream_and_stack_only_where_declared(
     assert notes.passing_without_change() == ["tests.utils.test_notes::test_note_is_text"]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [p["stacked_on"] for p in summary["prs"]] == [None, "fp4graph/scale-fix", None]
-    assert "passes without the change" in (tmp_path / "out" / "summary.md").read_text()
+    assert notes.shows_no_fix and not fix.shows_no_fix and not follow.shows_no_fix
+    assert "FLAGGED: no test fails without the change" in (tmp_path / "out" / "summary.md").read_text()
 
 
 def test_bodies_name_no_file_of_ours_and_tick_only_what_ran(
@@ -211,6 +212,7 @@ def test_the_command_needs_the_clone_for_a_series(
     assert code == 0, out
     assert "fp4graph/offset  built" in out and "on fp4graph/scale-fix" in out
     assert "FLAG tests.utils.test_notes::test_note_is_text: passes without the change" in out
+    assert "FLAGGED: no test of this pull request fails without its change" in out
     with pytest.raises(ConfigError, match="no \\[\\[pull-requests\\]\\] series for sglang"):
         prseries.prepare_series(checkout, "sglang", tmp_path / "x", repo=tmp_path)
 

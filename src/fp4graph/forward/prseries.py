@@ -81,6 +81,13 @@ class PullRequest:
                       if o == "passed" and before.get(i) == "passed")
 
     @property
+    def shows_no_fix(self) -> bool:
+        """Flagged: it adds tests, yet none of them fails without its change."""
+        before = {i: o for t in self.without_change for i, o in t.cases.items()}
+        ran = [i for t in self.tests for i, o in t.cases.items() if o == "passed"]
+        return bool(ran) and all(before.get(i) == "passed" for i in ran)
+
+    @property
     def ok(self) -> bool:
         return self.branch.built and not any(c.blocks for c in self.checks) and all(
             t.outcome != "failed" for t in self.tests)
@@ -512,6 +519,7 @@ def summary_data(result: SeriesResult) -> dict[str, Any]:
             "tests": [dataclasses.asdict(t) for t in pr.tests],
             "without_change": [dataclasses.asdict(t) for t in pr.without_change],
             "passing_without_change": pr.passing_without_change(),
+            "flagged_no_test_fails_without_change": pr.shows_no_fix,
         } for pr in result.prs],
     }
 
@@ -537,8 +545,12 @@ def _write_summary(staging: pathlib.Path, result: SeriesResult) -> None:
             f"`{t.path}` {t.outcome} / "
             f"{next((b.outcome for b in pr.without_change if b.path == t.path), 'not run')}"
             for t in pr.tests) or "none"
-        flag = " **passes without the change: " + ", ".join(pr.passing_without_change()) + "**" \
-            if pr.passing_without_change() else ""
+        flag = ""
+        if pr.shows_no_fix:
+            flag = " **FLAGGED: no test fails without the change**"
+        elif pr.passing_without_change():
+            flag = (f" ({len(pr.passing_without_change())} case(s) pass without the change too: "
+                    "regression guards)")
         pending = pr.patch.fields.get("Pending", "").strip()
         status = pr.branch.status + (f", **pending {pending}**" if pending else "")
         lines.append(f"| {number} | {pr.patch.subject} | +{pr.added_lines}/-{pr.removed_lines} | "
