@@ -78,7 +78,8 @@ def world(checkout: Settings, tmp_path: pathlib.Path) -> dict[str, object]:
     texts = [
         _patch(work, {CALC: fixed, "tests/utils/test_scale.py": FIX_TEST},
                "fix(calc): scale doubles", {"Topic": "scale-fix"}),
-        _patch(work, {CALC: fixed.replace("return x\n", "return x + 1\n"),
+        _patch(work, {CALC: fixed.replace("return x * 2\n", "return x * 2  # offset() relies on it\n")
+                      .replace("return x\n", "return x + 1\n"),
                       "tests/utils/test_offset.py": FOLLOW_TEST},
                "feat(calc): offset adds one", {"Topic": "offset", "Depends-On": "scale-fix"}),
         _patch(work, {NOTES: 'NOTE = "v2"\n', "tests/utils/test_notes.py": GUARD_TEST},
@@ -159,8 +160,8 @@ def test_bodies_name_no_file_of_ours_and_tick_only_what_ran(
         assert "- [ ] I have run the hooks manually with `pre-commit run --all-files`" in body
         assert "- [x] Tests have been added or updated as needed." in body
         assert "Why and what." in body and "Repro:" in body
-    assert "Stacked on `fp4graph/scale-fix`" not in bodies["01-scale-fix"]
-    assert "Stacked on" in bodies["02-offset"]
+    assert "Stacked on" not in bodies["01-scale-fix"]
+    assert 'Stacked on "fix(calc): scale doubles"' in bodies["02-offset"]
     assert "- [x] All tests are passing" in bodies["01-scale-fix"]
     assert "test_note_is_text" in bodies["03-notes"] and "pass without this change" in bodies["03-notes"]
     # each body lists its own test files only
@@ -264,3 +265,17 @@ def test_rebase_carries_a_series_to_a_newer_main_and_one_topic_again(
     assert (target / "series").read_text().splitlines() == ["0001-scale-fix.patch", "0002-offset.patch"]
     assert "+    assert scale(0) == 0" in (target / "0001-scale-fix.patch").read_text()
     assert (target / "0002-offset.patch").read_bytes() == kept
+
+
+def test_a_pr_body_shows_its_own_benchmark_section_labelled_by_machine() -> None:
+    from fp4graph.model.series import Patch
+    from harness.checkout import REPO
+
+    text = ("From 0 Mon Sep 17 00:00:00 2001\nFrom: a <a@b>\nSubject: [PATCH] x\n\nWhy.\n\n"
+            "Bench: peers\nTopic: t\n---\ndiff --git a/f b/f\n")
+    lines = prseries._bench_lines(Patch.parse(text, pathlib.Path("x.patch")), prseries.bench_results(REPO))
+    joined = "\n".join(lines)
+    assert "NVIDIA H200 (SM90)" in joined and "SM90 host-overhead results" in joined
+    assert "No SM100/SM120 run." in joined
+    assert re.search(r"\| substitute_in_graph twin .* \| 0\.\d\d s \|", joined), joined
+    assert "| upstream public function |" in joined and "fails (" in joined

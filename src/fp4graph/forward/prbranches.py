@@ -6,7 +6,7 @@ rebase of ``forward.rebase`` (a patch that conflicts stops the carry there and i
 reported with every later one, as ``rebase`` does; nothing is dropped silently).
 :func:`build` then makes one branch per patch: the upstream commit, the patches it
 declares on ``Depends-On:`` (transitively, in series order), and its own, each applied
-with ``git am -3`` at a fixed committer identity and date, so a branch whose
+with ``git am`` (exact context) at a fixed committer identity and date, so a branch whose
 dependencies are exactly another branch holds that branch's very commits (a stacked
 pull request) and an independent one sits on upstream alone.  A patch that does not
 apply on its declared dependencies needs one it does not declare: reported, not built.
@@ -82,6 +82,11 @@ def upstream_prose(patch: Patch) -> str:
     return "\n".join(ln for ln in patch.body.splitlines() if not _ours(ln)).strip()
 
 
+def _rejected(output: str) -> list[str]:
+    """The files ``git am`` could not apply, from its messages."""
+    return sorted(set(re.findall(r"error: (?:patch failed: )?([^:\s]+):", output)))
+
+
 def carry(repo: SourceRepo, series: Series, target: str, work: pathlib.Path) -> list[CarriedPatch]:
     """The series' patches as they apply on ``target``: applied on the series' own
     upstream commit (``repo.base``) and, when ``target`` is another commit, rebased onto
@@ -154,9 +159,10 @@ def build(repo: SourceRepo, carried: Sequence[CarriedPatch], target: str) -> lis
             git(repo.path, "checkout", "-q", "--detach", target)
             failed = None
             for j in chain:
-                result = git(repo.path, "am", "-3", "--keep-cr", str(files[j]), check=False)
+                # Exact context (no three-way merge): a branch must apply as it stands.
+                result = git(repo.path, "am", "--keep-cr", str(files[j]), check=False)
                 if result.returncode != 0:
-                    unmerged = git(repo.path, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
+                    unmerged = _rejected(result.stderr + result.stdout)
                     git(repo.path, "am", "--abort", check=False)
                     failed = (patches[j], unmerged)
                     break

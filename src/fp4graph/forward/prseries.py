@@ -245,7 +245,7 @@ def prepare_series(
     python: str = sys.executable,
     test_timeout: int = DEFAULT_TIMEOUT,
     tests_must_run: bool = False,
-    bench: tuple[pathlib.Path, Any] | None = None,
+    benches: Sequence[Mapping[str, Any]] = (),
     simulated_gpu: bool | None = None,
 ) -> SeriesResult:
     """Build ``out`` (replacing it) from ``project``'s pull-request series on ``repo``;
@@ -324,7 +324,7 @@ def prepare_series(
             prs=tuple(prs), checks_source=checks_source, template_source=template_source,
             tests_must_run=tests_must_run, simulated_gpu=simulated_gpu,
         )
-        _write_prs(staging, source, result, template, bench, python)
+        _write_prs(staging, source, result, template, benches, python)
         _write_summary(staging, result)
         (scratch / "todo").unlink(missing_ok=True)
         for leftover in scratch.iterdir():
@@ -379,13 +379,28 @@ def _counts(t: TestFile) -> str:
     return ", ".join(f"{n} {o}" for o, n in sorted(tally.items())) or t.outcome
 
 
-def _bench_lines(patch: Patch, bench: tuple[pathlib.Path, Any] | None) -> list[str]:
+def bench_results(repo_root: pathlib.Path) -> list[dict[str, Any]]:
+    """Every results JSON of the benchmarks, newest run (``meta.date``) first."""
+    found = []
+    for path in sorted(repo_root.glob("benchmarks/results/*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            found.append(data)
+    return sorted(found, key=lambda d: str(d.get("meta", {}).get("date", "")), reverse=True)
+
+
+def _bench_lines(patch: Patch, benches: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The numbers of the benchmark section the patch names (``Bench:``), from the newest
+    run that has it."""
     section = patch.fields.get("Bench", "").strip()
     if not section:
         return ["No benchmark: this change makes no performance claim."]
-    if bench is None or section not in bench[1]:
+    data = next((b for b in benches if section in b), None)
+    if data is None:
         return [f"Not measured yet: the `{section}` benchmark has no results."]
-    data = bench[1]
     meta = data.get("meta", {})
     where = f"{meta.get('gpu', '?')} (SM{meta.get('capability', '?')}), torch {meta.get('torch', '?')}"
     lines = [f"Measured on {where}."]
@@ -411,18 +426,20 @@ def _bench_lines(patch: Patch, bench: tuple[pathlib.Path, Any] | None) -> list[s
 
 
 def render_body(
-    template: str, project: str, pr: PullRequest, bench: tuple[pathlib.Path, Any] | None,
-    python_note: str, base_note: str,
+    template: str, project: str, pr: PullRequest, benches: Sequence[Mapping[str, Any]],
+    python_note: str, base_note: str, subjects: Mapping[str, str],
 ) -> str:
-    """Upstream's template filled for one pull request: only what ran is ticked."""
+    """Upstream's template filled for one pull request: only what ran is ticked.
+    ``subjects``: topic -> subject of the other pull requests (named by their titles)."""
     patch = pr.patch
     issues = "\n".join(f"- {_issue_ref(u, project)}" for u in issue_links(patch, project))
     stack = ""
-    if pr.branch.stacked_on:
-        stack = (f"\n\nStacked on `{pr.branch.stacked_on}` (review that pull request first; this "
-                 "one adds one commit).")
-    elif pr.branch.needs:
-        stack = "\n\nNeeds " + ", ".join(f"`{t}`" for t in pr.branch.needs) + " below it."
+    below = [f"\"{subjects.get(t, t)}\"" for t in pr.branch.needs]
+    if pr.branch.stacked_on and below:
+        stack = (f"\n\nStacked on {below[-1]} (review that pull request first; this one adds "
+                 "one commit).")
+    elif below:
+        stack = "\n\nNeeds " + ", ".join(below) + " below it."
     pending = patch.fields.get("Pending", "").strip()
     pending_note = f"**Draft, pending {pending}**\n\n" if pending else ""
     fill = {
@@ -432,7 +449,7 @@ def render_body(
             f"Base: {base_note}. Files: {len(pr.files)}, +{pr.added_lines} / -{pr.removed_lines}.",
             "", "Checks on this pull request's files (upstream's hooks at their pinned versions):",
             *_check_lines(pr), "", "Tests:", *_test_lines(pr, python_note), "",
-            "Benchmark:", *_bench_lines(patch, bench),
+            "Benchmark:", *_bench_lines(patch, benches),
         ]),
     }
     checks_passed = bool(pr.checks) and not any(c.blocks for c in pr.checks)
@@ -475,9 +492,10 @@ def _python_note(python: str) -> str:
 
 def _write_prs(
     staging: pathlib.Path, source: SourceRepo, result: SeriesResult, template: str,
-    bench: tuple[pathlib.Path, Any] | None, python: str,
+    benches: Sequence[Mapping[str, Any]], python: str,
 ) -> None:
     python_note = _python_note(python)
+    subjects = {t: pr.patch.subject for pr in result.prs for t in pr.patch.topics}
     if result.simulated_gpu:
         python_note += (", under a simulated GPU: torch's device queries answered as an SM120 "
                         "card by a test plugin, no kernel runs (simulation)")
@@ -489,9 +507,9 @@ def _write_prs(
         pr_dir.mkdir(parents=True)
         git(source.path, "format-patch", "-1", "--no-numbered", "-o", str(pr_dir.resolve()),
             pr.branch.commit)
-        base_note = (f"{result.target_ref} {result.target[:12]}" if not pr.branch.needs else
-                     f"{result.target_ref} {result.target[:12]} + " + ", ".join(pr.branch.needs))
-        body = render_body(template, result.project, pr, bench, python_note, base_note)
+        base_note = f"{result.target_ref} {result.target[:12]}" + (
+            f" + {len(pr.branch.needs)} pull request(s) below it" if pr.branch.needs else "")
+        body = render_body(template, result.project, pr, benches, python_note, base_note, subjects)
         (pr_dir / "PR.md").write_text(f"# {pr.patch.subject}\n\n{body}", encoding="utf-8")
 
 
