@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--python", default=sys.executable, help="interpreter for those tests")
     p.add_argument("--tests-must-run", action="store_true",
                    help="a test that cannot run (a module missing) or skips all it has fails the command")
+    p.add_argument("--simulated-gpu", action="store_true",
+                   help="run those tests with torch's device queries answered as an SM120 card "
+                   "(reported as simulation; with --repo the default where torch sees no GPU)")
     p.add_argument("--print-test-requirements", action="store_true",
                    help="print what those tests need installed and exit (torch only where they "
                         "need the release's own pin: sglang's)")
@@ -68,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  check {c.hook}: {status} ({len(c.files)} file(s))")
     for t in result.tests:
         print(f"  test {t.path}: {t.outcome}")
+    for name, why in result.not_proposed:
+        print(f"  not proposed {name}: {why}")
     print(f"wrote {done.out} (summary.md, prs/*/PR.md, repo/)")
     if done.push_refused:
         print(f"not pushing: {done.push_refused}", file=sys.stderr)
@@ -95,6 +100,7 @@ def _run_series(args: argparse.Namespace, settings: Settings, cut: pullrequests.
         run_checks=not args.no_checks, tools=args.tools, run_tests_=not args.no_tests,
         python=args.python, tests_must_run=args.tests_must_run,
         benches=prseries.bench_results(settings.repo),
+        simulated_gpu=True if args.simulated_gpu else None,
     )
     print(f"{result.project} {result.series}: branches on {result.target_ref} {result.target[:12]}")
     for carried in result.carried:
@@ -108,5 +114,9 @@ def _run_series(args: argparse.Namespace, settings: Settings, cut: pullrequests.
         for t in pr.tests:
             before = next((b.outcome for b in pr.without_change if b.path == t.path), "not run")
             print(f"    test {t.path}: {t.outcome}; without the change: {before}")
+        for case in pr.passing_without_change():
+            print(f"    {'FLAG' if pr.shows_no_fix else 'note'} {case}: passes without the change")
+        if pr.shows_no_fix:
+            print("    FLAGGED: no test of this pull request fails without its change")
     print(f"wrote {out} (summary.md, prs/*/PR.md, repo/); nothing pushed")
     return 0 if result.ok else 1
