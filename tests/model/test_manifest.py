@@ -81,7 +81,7 @@ def test_earlier_and_later_manifests(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "manifest.json"
     data = _sample().to_json()
     del data["format"]
-    data["stacks"][0]["lock"] = {"path": "locks/x.txt", "sha256": SHA}
+    data["stacks"][0]["signature"] = {"path": "x.sig", "sha256": SHA}
     path.write_text(json.dumps(data))
     assert manifest.read(path) == _sample()
     path.write_text(json.dumps({**data, "format": 2}))

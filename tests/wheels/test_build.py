@@ -13,6 +13,7 @@ from wheel.wheelfile import WheelFile
 from fp4graph import cli
 from fp4graph.model import manifest, projects
 from fp4graph.model.config import Settings
+from fp4graph.model.errors import ConfigError
 from fp4graph.wheels import build, repack
 
 from .conftest import STACK, make_checkout, snapshot
@@ -221,3 +222,23 @@ def test_build_cache_reuses_identical_bytes_and_rejects_tampering(
     monkeypatch.undo()
     build.build(checkout, [STACK])
     assert snapshot(checkout.wheels_dir) == first
+
+
+def test_a_stacks_lock_is_published_beside_the_index(tmp_path: pathlib.Path, shared_cache: pathlib.Path) -> None:
+    """patches/locks/<stack>.txt goes to wheels/locks/, with its sha256 in SHA256SUMS and in
+    the manifest's stack entry; a broken lock stops the build naming its file and line."""
+    checkout = make_checkout(tmp_path / "repo", shared_cache)
+    lock = checkout.patches_dir / "locks" / f"{STACK}.txt"
+    lock.parent.mkdir()
+    lock.write_text("# fixture lock\nsix==1.17.0\n")
+    build.build(checkout, [STACK])
+    published = checkout.wheels_dir / "locks" / f"{STACK}.txt"
+    assert published.read_text() == lock.read_text()
+    digest = build.sha256_of(published)
+    assert f"{digest}  locks/{STACK}.txt" in (checkout.wheels_dir / "SHA256SUMS").read_text().splitlines()
+    stack = manifest.read_built(checkout.wheels_dir).stack(STACK)
+    assert stack.lock == manifest.PublishedLock(path=f"locks/{STACK}.txt", sha256=digest)
+    lock.write_text("six>=1\n")
+    with pytest.raises(ConfigError, match=rf"{STACK}\.txt:1: 'six>=1' is not an exact pin"):
+        build.build(checkout, [STACK])
+    assert published.read_text() == "# fixture lock\nsix==1.17.0\n"  # wheels/ as it was

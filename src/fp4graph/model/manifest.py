@@ -4,7 +4,8 @@ The file (``nox -s wheels`` writes it beside the wheels and the index)::
 
     {"format": 1, "fp4graph": "0.1.0",
      "stacks": [{"name": "sglang-0.5.9", "artifacts": ["sglang==0.5.9", ...],
-                 "pins": ["sglang==0.5.9+fp4graph.4", "flashinfer-python==0.6.3+fp4graph.3"]}],
+                 "pins": ["sglang==0.5.9+fp4graph.4", "flashinfer-python==0.6.3+fp4graph.3"],
+                 "lock": {"path": "locks/sglang-0.5.9.txt", "sha256": ...}}],
      "artifacts": {"sglang==0.5.9": {"project": "sglang", "upstream_version": "0.5.9",
                                      "version": "0.5.9+fp4graph.4", "upstream_files": [...],
                                      "series": {"path", "sha256", "patches": [...]} or null,
@@ -137,12 +138,22 @@ class BuiltArtifact:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PublishedLock:
+    """A stack's lock as published beside the index (:mod:`fp4graph.model.locks`)."""
+
+    path: str  # locks/<stack>.txt, relative to wheels/
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class BuiltStack:
-    """A stack as built: its artifacts (keys of :attr:`Manifest.artifacts`) and exact pins."""
+    """A stack as built: its artifacts (keys of :attr:`Manifest.artifacts`), exact pins and
+    the lock of the rest of its closure (None: the stack has no lock, or no sglang)."""
 
     name: str
     artifacts: tuple[str, ...]
     pins: tuple[Pin, ...]
+    lock: PublishedLock | None = None
 
     def pin(self, project: str) -> Pin | None:
         return next((p for p in self.pins if p.project == project), None)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from packaging.version import Version
 
 from .. import __version__
-from ..model import manifest, projects
+from ..model import locks, manifest, projects
 from ..model.config import Settings
 from ..model.errors import BuildError, PatchError
 from ..model.files import atomic_directory, recover
@@ -29,6 +29,7 @@ from ..model.manifest import (
     Manifest,
     PatchRecord,
     Pin,
+    PublishedLock,
     SeriesRecord,
 )
 from ..model.series import Series, load_series
@@ -127,6 +128,7 @@ def _manifest(
     stack_names: Sequence[str],
     series_of: dict[str, Series | None],
     built: dict[str, list[BuiltWheel]],
+    published_locks: dict[str, PublishedLock],
 ) -> Manifest:
     artifacts = {}
     for key, series in series_of.items():
@@ -141,10 +143,27 @@ def _manifest(
         )
     stacks = tuple(
         BuiltStack(name=name, artifacts=catalog.stack(name).artifacts,
-                   pins=tuple(artifacts[k].pin for k in catalog.stack(name).artifacts))
+                   pins=tuple(artifacts[k].pin for k in catalog.stack(name).artifacts),
+                   lock=published_locks.get(name))
         for name in stack_names
     )
     return Manifest(fp4graph=__version__, stacks=stacks, artifacts=artifacts)
+
+
+def _publish_locks(settings: Settings, stack_names: Sequence[str], staging: pathlib.Path) -> dict[str, PublishedLock]:
+    """Copy each stack's lock (patches/locks/<stack>.txt, read to refuse a broken one) to
+    ``locks/`` beside the index, for the manifest."""
+    out = {}
+    for name in stack_names:
+        source = locks.lock_path(settings.patches_dir, name)
+        if not source.is_file():
+            continue
+        locks.read(source, name)
+        target = staging / locks.LOCKS_DIR / source.name
+        target.parent.mkdir(exist_ok=True)
+        shutil.copyfile(source, target)
+        out[name] = PublishedLock(path=f"{locks.LOCKS_DIR}/{source.name}", sha256=sha256_of(target))
+    return out
 
 
 def built_pins(wheels_dir: pathlib.Path, stack: str) -> list[str]:
@@ -197,8 +216,10 @@ def build(settings: Settings, stack_names: Sequence[str] | None = None) -> Manif
             shutil.copytree(reports, staging / "reports", symlinks=True)
         write_metadata_files(staging)
         write_index(staging)
+        published = _publish_locks(settings, names, staging)
         sums = [f"{w.sha256}  {w.filename}\n" for ws in built.values() for w in ws]
+        sums += [f"{lock.sha256}  {lock.path}\n" for lock in published.values()]
         (staging / "SHA256SUMS").write_text("".join(sorted(sums, key=lambda s: s[66:])))
-        written = _manifest(catalog, names, series_of, built)
+        written = _manifest(catalog, names, series_of, built, published)
         manifest.write(staging / manifest.FILENAME, written)
     return written

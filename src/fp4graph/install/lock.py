@@ -1,0 +1,224 @@
+"""Make a stack's lock, and see how PyPI has moved since (the dependency drift).
+
+A lock (:mod:`fp4graph.model.locks`) is the universal resolution of the stack's own pins
+against our index plus PyPI, by ``uv pip compile --universal`` (one file for every CPython
+the stack's wheels serve, any platform: markers where the answer differs), less those
+pins.  :func:`resolve` asks uv; :func:`make_lock` adds the header; :func:`compare` is the
+drift report's light half: what the newest versions of the dependencies would change.
+The heavy half installs without the lock and runs the same smoke (:mod:`.stack`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import pathlib
+import subprocess
+import tempfile
+from collections.abc import Sequence
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from ..model.config import Settings
+from ..model.errors import Fp4graphError
+from ..model.locks import Hold, Lock, LockedPin, lock_path, make, parse_pin, read, read_holds, write
+from ..model.log import log
+from ..wheels.build import built_pins
+from .serve import served
+
+PYPI = "https://pypi.org/simple/"
+LOWEST_PYTHON = "3.10"  # sglang's Requires-Python, the lowest CPython a lock covers
+
+
+class LockError(Fp4graphError):
+    """A stack could not be resolved into a lock."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Resolver:
+    """How to run uv, and against which indexes (ours first: uv's default first-index
+    strategy takes the names it has, sglang and flashinfer-python, only from it)."""
+
+    uv: tuple[str, ...]  # e.g. (sys.executable, "-m", "uv")
+    index_url: str  # our simple index
+    default_index: str = PYPI
+    python_version: str = LOWEST_PYTHON
+    refresh: bool = False  # ask the indexes again, not uv's cache
+    constraints: pathlib.Path | None = None  # the stack's holds
+
+    def command(self) -> list[str]:
+        cmd = [*self.uv, "pip", "compile", "--universal", "--python-version", self.python_version,
+               "--no-header", "--no-annotate", "--quiet", "--index", self.index_url,
+               "--default-index", self.default_index]
+        if self.refresh:
+            cmd.append("--refresh")
+        if self.constraints:
+            cmd += ["--constraint", str(self.constraints)]
+        return [*cmd, "-"]
+
+
+def resolve(resolver: Resolver, requirements: Sequence[str]) -> list[LockedPin]:
+    """The universal resolution of ``requirements``: every package, exactly pinned."""
+    cmd = resolver.command()
+    result = subprocess.run(cmd, input="\n".join(requirements) + "\n", capture_output=True, text=True)
+    if result.returncode != 0:
+        raise LockError(f"{' '.join(cmd)} < {' '.join(requirements)}: exit {result.returncode}:\n"
+                        + "\n".join(result.stderr.strip().splitlines()[-15:]))
+    pins = []
+    for number, line in enumerate(result.stdout.splitlines(), start=1):
+        line = line.split(" #", 1)[0].strip()
+        if line and not line.startswith("#"):
+            pins.append(parse_pin(line, f"uv's output, line {number}") if "+" not in line.split(";")[0]
+                        else _own_pin(line))
+    return pins
+
+
+def _own_pin(line: str) -> LockedPin:
+    """One of our +fp4graph pins in uv's output (left out of the lock by :func:`make_lock`)."""
+    name, _, version = line.split(";")[0].strip().partition("==")
+    return LockedPin(name=name, version=version)
+
+
+def pythons_of(wheel_names: Sequence[str]) -> list[str]:
+    """The CPython versions (``3.11``) the stack's per-CPython wheels serve; [] for pure ones."""
+    found = set()
+    for name in wheel_names:
+        for tag in parse_wheel_filename(name)[3]:
+            if tag.interpreter.startswith("cp") and tag.interpreter[2:].isdigit():
+                digits = tag.interpreter[2:]
+                found.add(f"{digits[0]}.{digits[1:]}")
+    return sorted(found, key=lambda v: tuple(map(int, v.split("."))))
+
+
+def header(stack: str, pins: Sequence[str], *, pythons: Sequence[str], uv_version: str,
+           holds: Sequence[Hold] = (), today: datetime.date | None = None) -> list[str]:
+    covers = (f"CPython {', '.join(pythons)} (the Pythons its sglang wheels serve)" if pythons
+              else f"CPython >= {LOWEST_PYTHON}")
+    made = (today or datetime.date.today()).isoformat()
+    return [
+        f"fp4graph lock of stack {stack}: the whole dependency closure of",
+        f"  {' '.join(pins)}",
+        "pinned exactly: pip install -c <this file> (see README, Installing from the internal index).",
+        f"Those pins stay out: `python -m fp4graph pins {stack}` gives them.",
+        f"For: {covers}, any platform the wheels exist for",
+        f"(a universal resolution: `uv pip compile --universal --python-version {LOWEST_PYTHON}`, "
+        "markers where the answer differs);",
+        f"installed and imported on linux x86_64 by `nox -s install -- {stack}`.",
+        f"Made by `python -m fp4graph lock {stack}` (uv {uv_version}) on {made}; "
+        "review a change like patches/stacks.toml,",
+        "and see what PyPI has moved since with `nox -s deps`.",
+        *(f"Held (patches/locks/holds.toml): {h.requirement}: {h.why}" for h in holds),
+    ]
+
+
+def make_lock(stack: str, own_pins: Sequence[str], resolved: Sequence[LockedPin], lock_header: Sequence[str]) -> Lock:
+    names = [p.split("==")[0] for p in own_pins]
+    missing = [n for n in names if canonicalize_name(n) not in {p.key for p in resolved}]
+    if missing:
+        raise LockError(f"stack {stack}: the resolution lacks {', '.join(missing)} (not served by our index?)")
+    return make(stack, lock_header, resolved, leave_out=names)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Change:
+    """A package whose versions differ between the lock and a fresh resolution."""
+
+    name: str
+    locked: tuple[str, ...]  # () when the fresh resolution adds it
+    newest: tuple[str, ...]  # () when it drops it
+
+    @property
+    def text(self) -> str:
+        if not self.locked:
+            return f"{self.name}: added {', '.join(self.newest)}"
+        if not self.newest:
+            return f"{self.name}: dropped (locked {', '.join(self.locked)})"
+        return f"{self.name}: {', '.join(self.locked)} -> {', '.join(self.newest)}"
+
+
+def compare(lock: Lock, fresh: Sequence[LockedPin]) -> list[Change]:
+    """What a fresh resolution changes against ``lock`` (our own pins aside)."""
+    def versions(pins: Sequence[LockedPin]) -> dict[str, tuple[str, ...]]:
+        out: dict[str, set[str]] = {}
+        for p in pins:
+            if "+" not in p.version:
+                out.setdefault(p.key, set()).add(p.version)
+        return {k: tuple(sorted(v)) for k, v in out.items()}
+
+    old, new = versions(lock.pins), versions(fresh)
+    return [Change(name=k, locked=old.get(k, ()), newest=new.get(k, ()))
+            for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class LockOptions:
+    uv: tuple[str, ...]
+    index_url: str | None = None  # an index serving our wheels; None: serve wheels/ here
+    refresh: bool = False
+    out: pathlib.Path | None = None  # write <out>/locks/<stack>.txt instead of patches/locks/
+
+
+def _uv_version(uv: Sequence[str]) -> str:
+    out = subprocess.run([*uv, "--version"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise LockError(f"{' '.join(uv)} --version failed: {out.stderr.strip()}; install uv (pip install uv)")
+    return out.stdout.split()[1] if len(out.stdout.split()) > 1 else out.stdout.strip()
+
+
+def _built_wheels(wheels_dir: pathlib.Path, stack: str) -> list[str]:
+    manifest = json.loads((wheels_dir / "manifest.json").read_text())
+    keys = next(s["artifacts"] for s in manifest["stacks"] if s["name"] == stack)
+    return [w["filename"] for k in keys for w in manifest["artifacts"][k]["wheels"]]
+
+
+def lock_stacks(settings: Settings, stacks: Sequence[str], options: LockOptions) -> list[pathlib.Path]:
+    """Resolve each stack against our index (``wheels/`` served on 127.0.0.1, or
+    ``options.index_url``) plus PyPI and write ``patches/locks/<stack>.txt``."""
+    uv_version = _uv_version(options.uv)
+    written = []
+    with contextlib.ExitStack() as stack_ctx:
+        index = options.index_url or stack_ctx.enter_context(served(settings.wheels_dir)) + "simple/"
+        holds = read_holds(settings.patches_dir)
+        tmp = pathlib.Path(stack_ctx.enter_context(tempfile.TemporaryDirectory(prefix="fp4graph-lock-")))
+        for stack in stacks:
+            pins = built_pins(settings.wheels_dir, stack)
+            held = [h for h in holds if stack in h.stacks]
+            constraints = tmp / f"{stack}-holds.txt"
+            constraints.write_text("".join(h.requirement + "\n" for h in held))
+            resolver = Resolver(uv=options.uv, index_url=index, refresh=options.refresh,
+                                constraints=constraints if held else None)
+            resolved = resolve(resolver, pins)
+            lock_header = header(stack, pins, pythons=pythons_of(_built_wheels(settings.wheels_dir, stack)),
+                                 uv_version=uv_version, holds=held)
+            new = make_lock(stack, pins, resolved, lock_header)
+            path = lock_path(options.out, stack) if options.out else lock_path(settings.patches_dir, stack)
+            if _same_pins(path, new):
+                log(f"{stack}: {path} unchanged")
+            else:
+                write(path, new)
+                log(f"{stack}: wrote {path}")
+            written.append(path)
+    return written
+
+
+def _same_pins(path: pathlib.Path, new: Lock) -> bool:
+    """Whether ``path`` already locks what ``new`` does under the same header but for its
+    date (then it is kept: a refresh that changes nothing leaves no diff)."""
+    if not path.is_file():
+        return False
+    old = read(path, new.stack)
+
+    def undated(lock: Lock) -> list[str]:
+        return [h for h in lock.header if not h.startswith("Made by ")]
+
+    return old.pins == new.pins and undated(old) == undated(new)
+
+
+def fresh_resolution(settings: Settings, stack: str, options: LockOptions) -> list[LockedPin]:
+    """The stack resolved now, without its lock, asking the indexes again."""
+    with contextlib.ExitStack() as ctx:
+        index = options.index_url or ctx.enter_context(served(settings.wheels_dir)) + "simple/"
+        resolver = Resolver(uv=options.uv, index_url=index, refresh=True)
+        return resolve(resolver, built_pins(settings.wheels_dir, stack))
