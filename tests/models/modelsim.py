@@ -45,7 +45,8 @@ Stand-ins, and only these (tests/models/stand_ins.py):
    (tests/flashinfer stand-ins: no-op kernels, the fused-MoE runner object),
    sglang.jit_kernel's ``tvm_ffi.cpp.load_inline`` / ``load`` (no-op kernels), Triton
    kernels launched eagerly on fake tensors (recorded, not run; traced launches are
-   Triton HOPs), and Inductor's code generation for the ``torch.compile`` regions
+   Triton HOPs), the CuTe DSL's ``cute.compile`` (nvidia-cutlass-dsl, where installed:
+   FlashInfer 0.6.8's norm kernels; no-op kernels), and Inductor's code generation for the ``torch.compile`` regions
    sglang runs eagerly (their captured graph runs as traced);
 5. the attention kernels: for GQA / MLA families an ``AttentionBackend`` subclass
    returning outputs of the real shape (its metadata and CUDA-graph hooks do
@@ -65,6 +66,14 @@ Stand-ins, and only these (tests/models/stand_ins.py):
    registered for it, as on a GPU, instead of the fake FakeTensorMode would answer;
 9. import-only: torchvision (no CPU build for this torch) and ``flashinfer.comm``
    (loads libcudart at import; multi-GPU all-reduce only), inert modules.
+
+Installed packages (``prepare(record, installed=True)``: ``nox -s install``'s simulation
+step, :func:`simulation.run_installed`): the child is the interpreter of a venv where the
+stack was installed as users install it, with nothing of ours on its path but this
+directory and fp4graph's ``src/``; sglang, FlashInfer (with the real flashinfer-cubin),
+sgl-kernel's Python, transformers, torch are the venv's.  The same stand-ins, plus one:
+sgl-kernel's loader does not load the wheel's compiled ``common_ops`` (CUDA kernels; 3
+above takes its place, as it does beside the Python-only tree).
 
 Nothing of sglang's model, layer, quantization, MoE, compilation or runner code is
 replaced, nor FlashInfer's Python.
@@ -117,8 +126,9 @@ KERNEL_PREFIXES = ("deep_gemm.", "sgl_kernel.")
 _STATE: dict[str, Any] = {}
 
 
-def prepare(record_path: str | None = None) -> None:
-    """Simulate the device and install every stand-in; import sglang's model registry."""
+def prepare(record_path: str | None = None, *, installed: bool = False) -> None:
+    """Simulate the device and install every stand-in; import sglang's model registry.
+    ``installed``: sglang and its dependencies are this venv's (see the docstring)."""
     from fp4graph.verify import simulate
 
     gpu = simulate.SM120
@@ -148,9 +158,11 @@ def prepare(record_path: str | None = None) -> None:
 
         auto = importlib.import_module("transformers.models.auto.image_processing_auto")
         sys.modules["transformers"].AutoImageProcessor = auto.AutoImageProcessor
-    import sgl_kernel  # noqa: F401  (the real Python package over the stand-in library)
+    with stand_ins.no_compiled_sgl_kernel() if installed else contextlib.nullcontext():
+        import sgl_kernel  # noqa: F401  (the real Python package over the stand-in library)
 
     _STATE["jit_built"] = stand_ins.install_flashinfer_jit(os.path.join(tmp, "flashinfer"))
+    stand_ins.install_cute_dsl_compiler()
     stand_ins.install_tvm_ffi_compiler()
     stand_ins.install_triton_launcher()
     stand_ins.record_cuda_bodies()
@@ -857,6 +869,6 @@ def run_cases(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def main(request_json: str) -> None:
     request = json.loads(request_json)
-    prepare(request.get("record"))
+    prepare(request.get("record"), installed=request.get("installed", False))
     results = run_cases(request["cases"])
     stand_ins.report("MODELS", results)

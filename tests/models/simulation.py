@@ -119,6 +119,33 @@ def run(
     return reports
 
 
+def installed_record() -> pathlib.Path:
+    """The sgl-kernel record of the sgl-kernel installed in this interpreter."""
+    import importlib.metadata
+
+    for project in ("sglang-kernel", "sgl-kernel"):
+        try:
+            version = importlib.metadata.version(project)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return sgl_kernel_ops.record_path(project, version)
+    raise sgl_kernel_ops.SglKernelError(f"{sys.executable}: neither sglang-kernel nor sgl-kernel is installed")
+
+
+def run_installed(cases: Sequence[dict[str, Any]], *, timeout: float = 1800) -> list[dict[str, Any]]:
+    """``cases`` on the packages installed in this interpreter's venv (``nox -s install``):
+    the child is this interpreter with only this directory (and fp4graph's src/) on its
+    path, prepared with ``installed=True`` (modelsim's docstring)."""
+    request = {"record": str(installed_record()), "cases": list(cases), "installed": True}
+    code = f"import modelsim\nmodelsim.main({json.dumps(request)!r})\n"
+    result = run_python(code, path=[HERE], timeout=timeout)
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("MODELS ")]
+    if result.returncode != 0 or not lines:
+        raise RuntimeError("the simulation child failed:\n" + tail(result, 6000))
+    reports: list[dict[str, Any]] = json.loads(lines[-1][len("MODELS ") :])
+    return reports
+
+
 def run_code(
     wheel_tree: TreeGetter,
     target: SglangStack,

@@ -245,6 +245,26 @@ def install_sgl_kernel_ops(record: dict[str, Any]) -> types.ModuleType:
     return module
 
 
+@contextlib.contextmanager
+def no_compiled_sgl_kernel() -> Iterator[None]:
+    """While sgl_kernel imports from an installed wheel, its loader
+    (``load_utils._load_architecture_specific_ops``) finds no loadable ``common_ops``
+    library (the wheel's holds CUDA kernels) and falls back to ``import common_ops``: the
+    stand-in of :func:`install_sgl_kernel_ops`, as beside the Python-only tree."""
+    import importlib.util
+
+    real = importlib.util.spec_from_file_location
+
+    def spec_from_file_location(name: str, *args: Any, **kwargs: Any) -> Any:
+        return None if name == "common_ops" else real(name, *args, **kwargs)
+
+    importlib.util.spec_from_file_location = spec_from_file_location  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        importlib.util.spec_from_file_location = real
+
+
 def import_deep_gemm(toolkit_dir: str) -> None:
     """Import the wheel's ``deep_gemm`` Python over its stand-in library (see
     :func:`install_sgl_kernel_ops`).  Its import looks for a CUDA toolkit to hand to the
@@ -299,6 +319,27 @@ def install_tvm_ffi_compiler() -> None:
 
 
 TRITON_LAUNCHES: list[str] = []
+
+
+CUTE_COMPILED: list[str] = []
+
+
+def install_cute_dsl_compiler() -> None:
+    """The CuTe DSL's JIT (nvidia-cutlass-dsl, which FlashInfer 0.6.8 requires: its norm
+    kernels compile through it where it is installed): ``cute.compile`` lowers a kernel to
+    a cubin and loads it through the CUDA driver; here it records the kernel's class and
+    returns a kernel that does nothing (the caller allocated the outputs).  Without the
+    package (the test venv) FlashInfer takes its CUDA JIT path, :func:`install_flashinfer_jit`'s."""
+    try:
+        import cutlass.cute as cute
+    except Exception:  # noqa: BLE001 - not installed, or not importable on this machine
+        return
+
+    def compile_(kernel: Any, *args: Any, **kwargs: Any) -> Callable[..., None]:
+        CUTE_COMPILED.append(type(kernel).__name__)
+        return lambda *call_args, **call_kwargs: None
+
+    cute.compile = compile_
 
 
 def install_triton_launcher() -> None:

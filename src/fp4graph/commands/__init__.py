@@ -15,10 +15,13 @@ import argparse
 from typing import Protocol
 
 from . import (
+    deps,
     drift,
     fetch,
+    install,
     integration,
     lint,
+    lock,
     pin,
     pins,
     publish,
@@ -45,6 +48,7 @@ class Command(Protocol):
 # In the order ``--help`` lists them.
 COMMANDS: tuple[Command, ...] = (
     wheels, lint, publish, pins, fetch, tree, upstream, drift, pin, rebase, refresh, suites, integration,
+    install, lock, deps,
 )
 
 

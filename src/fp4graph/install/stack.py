@@ -1,0 +1,450 @@
+"""Install a stack as the README tells users to, and check what the server imports.
+
+Steps (each recorded with its time and, when it fails, the last lines of its output):
+
+1. ``venv``: a fresh venv from the base interpreter, its pip upgraded;
+2. ``install``: :func:`install_command`, the README's command: our index (``wheels/``
+   served on 127.0.0.1 when no ``index_url`` is given) plus PyPI for the rest, the stack's
+   lock as constraints (``-c``), the exact ``+fp4graph`` pins, the full dependency closure;
+3. ``disk``: the venv's size;
+4. ``pip check``;
+5. ``lock``: every installed distribution the lock names has the locked version, and
+   nothing is installed that the lock does not name (our own pins aside);
+6. ``smoke``: each of :func:`smoke_checks` in its own interpreter of the venv: what
+   sglang's server imports at start (FlashInfer, ``fp4_warmup``, the ModelOpt fp4 method,
+   each family's model class, ``launch_server --help``);
+7. extra checks the caller names (the whole-model simulation on the installed packages:
+   ``tests/models/simulate_installed.py``), run by the venv's interpreter from the checkout.
+
+Nothing stops at the first failure after the install: every step reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from ..model.config import Settings
+from ..model.errors import Fp4graphError
+from ..model.locks import Lock, lock_path, read
+from ..model.log import log
+from ..wheels.build import built_pins
+from .serve import served
+
+PYPI = "https://pypi.org/simple/"
+INSTALLERS = ("pip", "uv")
+TAIL_LINES = 15
+
+
+class InstallError(Fp4graphError):
+    """A stack could not be set up to be installed (no wheels, no lock)."""
+
+
+def install_command(
+    installer: Sequence[str],
+    *,
+    index_url: str,
+    extra_index_urls: Sequence[str] = (),
+    lock: str | None,
+    pins: Sequence[str],
+    uv: bool = False,
+) -> list[str]:
+    """The one install command: README's, ``nox -s install``'s and ``nox -s integration``'s.
+
+    ``installer`` is what runs pip (``["pip"]``, ``[python, "-m", "pip"]``) or, with ``uv``,
+    ``uv pip`` with its ``--python``.  pip consults every index and takes the highest
+    version (our exact ``==X+fp4graph.N`` pins exist only on ours); uv's first-index
+    strategy takes a name from the first index that has it, so ours goes first as
+    ``--index`` and PyPI is the ``--default-index``."""
+    cmd = [*installer, "install"]
+    if uv:
+        cmd += ["--index", index_url, *(a for u in extra_index_urls for a in ("--default-index", u))]
+    else:
+        cmd += ["--index-url", index_url, *(a for u in extra_index_urls for a in ("--extra-index-url", u))]
+    if lock:
+        cmd += ["-c", lock]
+    return [*cmd, *pins]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SmokeCheck:
+    """One import of the smoke: ``code`` run by the venv's interpreter (``-c``), or its
+    ``module`` run with ``args`` (``-m``)."""
+
+    name: str
+    code: str | None = None
+    module: str | None = None
+    args: tuple[str, ...] = ()
+
+    def argv(self, python: pathlib.Path) -> list[str]:
+        if self.module:
+            return [str(python), "-m", self.module, *self.args]
+        return [str(python), "-c", self.code or ""]
+
+
+_MODEL_CLASSES = """\
+import json
+from sglang.srt.models.registry import ModelRegistry
+wanted = json.loads({wanted!r})
+have = set(ModelRegistry.get_supported_archs())
+missing = [a for a in wanted if a not in have]
+if missing:
+    raise SystemExit("ImportError: sglang's ModelRegistry lacks " + ", ".join(missing)
+                     + " (a models/ module failed to import: see the warnings above)")
+for arch in wanted:
+    cls, _ = ModelRegistry.resolve_model_cls([arch])
+    print(arch, "->", cls.__module__ + "." + cls.__qualname__)
+"""
+
+
+def smoke_checks(architectures: Sequence[str]) -> list[SmokeCheck]:
+    """What sglang's server imports at start, as separate checks."""
+    return [
+        SmokeCheck(name="import flashinfer",
+                   code="import flashinfer; print('flashinfer', flashinfer.__version__, flashinfer.__file__)"),
+        SmokeCheck(name="flashinfer.fp4_warmup",
+                   code="from flashinfer import fp4_warmup; assert callable(fp4_warmup); print(fp4_warmup)"),
+        SmokeCheck(name="import sgl_kernel", code="import sgl_kernel; print('sgl_kernel', sgl_kernel.__file__)"),
+        SmokeCheck(name="ModelOpt fp4 method",
+                   code="from sglang.srt.layers.quantization.modelopt_quant import "
+                        "ModelOptFp4Config, ModelOptFp4LinearMethod; print(ModelOptFp4LinearMethod)"),
+        SmokeCheck(name="model classes", code=_MODEL_CLASSES.format(wanted=json.dumps(list(architectures)))),
+        SmokeCheck(name="launch_server --help", module="sglang.launch_server", args=("--help",)),
+    ]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ExtraCheck:
+    """A script of the checkout run by the venv's interpreter (``src/`` on its path)."""
+
+    name: str
+    argv: tuple[str, ...]  # the script and its arguments, relative to the checkout
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InstallOptions:
+    stack: str
+    pins: tuple[str, ...]
+    repo: pathlib.Path
+    wheels_dir: pathlib.Path
+    venv: pathlib.Path
+    base_python: str
+    lock: Lock | None  # None: install unlocked (the heavy drift report)
+    lock_file: pathlib.Path | None
+    index_url: str | None = None  # None: serve wheels_dir on 127.0.0.1
+    extra_index_urls: tuple[str, ...] = (PYPI,)
+    installer: str = "pip"
+    checks: tuple[SmokeCheck, ...] = ()
+    extra_checks: tuple[ExtraCheck, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # for the smoke and extra checks
+    log_file: pathlib.Path | None = None
+    upgrade_pip: bool = True  # False: the pip the venv brings (offline tests)
+
+    @property
+    def python(self) -> pathlib.Path:
+        return self.venv / "bin" / "python"
+
+
+@dataclasses.dataclass(kw_only=True)
+class Step:
+    name: str
+    ok: bool
+    seconds: float
+    detail: str = ""  # one line: what it found, or the error
+    tail: str = ""  # the last lines of the output when it failed
+    command: str = ""
+    skipped: bool = False  # could not run here (no CUDA driver); not a failure
+
+    def line(self) -> str:
+        status = "skipped" if self.skipped else "ok" if self.ok else "FAILED"
+        return f"{self.name}: {status} ({self.seconds:.0f} s){': ' + self.detail if self.detail else ''}"
+
+
+@dataclasses.dataclass(kw_only=True)
+class InstallReport:
+    stack: str
+    venv: str
+    command: str
+    steps: list[Step] = dataclasses.field(default_factory=list)
+    disk_bytes: int | None = None
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.steps) and all(s.ok for s in self.steps)
+
+    @property
+    def failed(self) -> list[Step]:
+        return [s for s in self.steps if not s.ok]
+
+    def to_json(self) -> dict[str, object]:
+        return {"stack": self.stack, "venv": self.venv, "command": self.command, "ok": self.ok,
+                "disk_bytes": self.disk_bytes, "versions": self.versions,
+                "steps": [dataclasses.asdict(s) for s in self.steps]}
+
+
+_ERROR_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Exit)|error|ERROR)\b.*")
+
+
+def error_line(output: str) -> str:
+    """The line of ``output`` that says what went wrong (the last ``XError: ...``)."""
+    lines = [ln.rstrip() for ln in output.splitlines() if ln.strip()]
+    found = [ln.strip() for ln in lines if _ERROR_LINE.match(ln)]
+    return (found or lines or ["(no output)"])[-1][:500]
+
+
+def _tail(output: str, n: int = TAIL_LINES) -> str:
+    return "\n".join(output.rstrip().splitlines()[-n:])
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without what would put other packages into the venv's
+    view (PYTHONPATH: the checkout's src/ would show up in pip check)."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+
+def _run(argv: Sequence[str], *, log_file: pathlib.Path | None, env: dict[str, str] | None = None,
+         cwd: pathlib.Path | None = None) -> tuple[int, str, float]:
+    started = time.monotonic()
+    result = subprocess.run(list(argv), capture_output=True, text=True, env=env or clean_env(), cwd=cwd)
+    output = result.stdout + result.stderr
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with log_file.open("a", encoding="utf-8") as f:
+            f.write(f"$ {shlex.join(argv)}\n{output}\n[exit {result.returncode}]\n")
+    return result.returncode, output, time.monotonic() - started
+
+
+# A CPU machine has no CUDA driver: a compiled CUDA library that links it cannot load here
+# (sgl-kernel's common_ops), which says nothing about the install.
+NO_DRIVER = "libcuda.so.1: cannot open shared object file"
+
+
+def needs_driver(output: str) -> bool:
+    """Whether the error that ended ``output`` is the missing CUDA driver (its message, from
+    the error line on, names it), not some other error after a logged driver warning."""
+    last = error_line(output)
+    at = output.rfind(last)
+    return NO_DRIVER in (output[at:] if at >= 0 else last)
+
+
+def _step(report: InstallReport, name: str, argv: Sequence[str], options: InstallOptions, *,
+          env: dict[str, str] | None = None, cwd: pathlib.Path | None = None, detail_ok: str = "",
+          driver_skips: bool = False) -> Step:
+    log(f"{report.stack}: {name}: $ {shlex.join(argv)}")
+    code, output, seconds = _run(argv, log_file=options.log_file, env=env, cwd=cwd)
+    step = Step(name=name, ok=code == 0, seconds=seconds, command=shlex.join(argv),
+                detail=detail_ok if code == 0 else f"exit {code}: {error_line(output)}",
+                tail="" if code == 0 else _tail(output))
+    if code != 0 and driver_skips and needs_driver(output):
+        step.ok, step.skipped = True, True
+        step.detail = f"needs the CUDA driver ({NO_DRIVER}): runs on a GPU machine"
+    report.steps.append(step)
+    return step
+
+
+def directory_size(path: pathlib.Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += (pathlib.Path(root) / name).lstat().st_size
+    return total
+
+
+# Run by the venv's interpreter (stdlib only): its distributions (canonical names, PEP 503)
+# and its marker environment (as packaging.markers.default_environment computes it).
+_PROBE = """\
+import importlib.metadata as m, json, os, platform, re, sys
+def version(info):
+    v = f"{info.major}.{info.minor}.{info.micro}"
+    return v + (info.releaselevel[0] + str(info.serial) if info.releaselevel != "final" else "")
+print(json.dumps({
+    "distributions": {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version for d in m.distributions()},
+    "environment": {
+        "implementation_name": sys.implementation.name,
+        "implementation_version": version(sys.implementation.version),
+        "os_name": os.name, "platform_machine": platform.machine(), "platform_release": platform.release(),
+        "platform_system": platform.system(), "platform_version": platform.version(),
+        "python_full_version": platform.python_version(), "platform_python_implementation":
+        platform.python_implementation(), "python_version": ".".join(platform.python_version_tuple()[:2]),
+        "sys_platform": sys.platform,
+    },
+}))
+"""
+
+
+def probe(python: pathlib.Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(distributions {canonical name: version}, marker environment) of ``python``."""
+    out = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, env=clean_env())
+    if out.returncode != 0:
+        raise InstallError(f"{python}: cannot list its distributions: {error_line(out.stderr)}")
+    data = json.loads(out.stdout)
+    return data["distributions"], data["environment"]
+
+
+# Installed by the venv itself, not by the stack: never in a lock.
+_VENV_OWN = frozenset({"pip", "setuptools", "wheel", "uv"})  # uv: --installer uv's, in the venv
+
+
+def lock_problems(lock: Lock, installed: dict[str, str], own: Sequence[str],
+                  environment: dict[str, str] | None) -> list[str]:
+    """Where the venv differs from the lock: a locked package at another version, or a
+    package installed that the lock does not name."""
+    from packaging.utils import canonicalize_name
+
+    locked = lock.versions(environment)
+    own_keys = {canonicalize_name(p.split("==")[0]) for p in own}
+    problems = [f"{name} {have} installed, locked {locked[name]}"
+                for name, have in sorted(installed.items()) if name in locked and locked[name] != have]
+    problems += [f"{name} {have} installed, not in the lock"
+                 for name, have in sorted(installed.items())
+                 if name not in locked and name not in own_keys and name not in _VENV_OWN]
+    return problems
+
+
+@contextlib.contextmanager
+def _index(options: InstallOptions) -> Iterator[tuple[str, str | None]]:
+    """(index URL, lock URL or path) for the install command."""
+    if options.index_url:
+        yield options.index_url, str(options.lock_file) if options.lock_file else None
+        return
+    with served(options.wheels_dir) as base:
+        lock = None
+        if options.lock_file is not None:
+            # The published lock (wheels/locks/) as users fetch it, else the checkout's.
+            published = options.wheels_dir / "locks" / options.lock_file.name
+            lock = base + f"locks/{options.lock_file.name}" if published.is_file() else str(options.lock_file)
+        yield base + "simple/", lock
+
+
+def install_stack(options: InstallOptions) -> InstallReport:
+    """Every step of the module docstring; the report says which failed and why."""
+    if options.venv.exists():
+        shutil.rmtree(options.venv)
+    python = options.python
+    report = InstallReport(stack=options.stack, venv=str(options.venv), command="")
+    step = _step(report, "venv", [options.base_python, "-m", "venv", str(options.venv)], options)
+    if not step.ok:
+        return report
+    tools = [*(["pip"] if options.upgrade_pip else []), *(["uv"] if options.installer == "uv" else [])]
+    if tools:
+        step = _step(report, "venv tools", [str(python), "-m", "pip", "install", "--upgrade", *tools], options,
+                     detail_ok=" ".join(tools))
+        if not step.ok:
+            return report
+    if options.installer == "uv":
+        installer = [str(options.venv / "bin" / "uv"), "pip"]
+    else:
+        installer = [str(python), "-m", "pip"]
+
+    with _index(options) as (index_url, lock_url):
+        command = install_command(installer, index_url=index_url, extra_index_urls=options.extra_index_urls,
+                                  lock=lock_url, pins=options.pins, uv=options.installer == "uv")
+        uv_env = {**clean_env(), "VIRTUAL_ENV": str(options.venv)} if options.installer == "uv" else None
+        report.command = shlex.join(command)
+        step = _step(report, "install", command, options, env=uv_env,
+                     detail_ok=f"{options.installer}, {'locked' if lock_url else 'unlocked'}")
+    if not step.ok:
+        return report
+
+    report.disk_bytes = directory_size(options.venv)
+    report.steps.append(Step(name="disk", ok=True, seconds=0, detail=f"{report.disk_bytes / 1e9:.2f} GB"))
+    _step(report, "pip check", [str(python), "-m", "pip", "check"], options, detail_ok="no broken requirements")
+
+    try:
+        installed, environment = probe(python)
+    except InstallError as exc:
+        report.steps.append(Step(name="lock", ok=False, seconds=0, detail=str(exc)))
+        return report
+    keep = ("torch", "transformers", "flashinfer-python", "flashinfer-cubin", "sglang", "sgl-kernel",
+            "sglang-kernel", "kernels", "triton", "huggingface-hub", "numpy")
+    report.versions = {k: installed[k] for k in keep if k in installed}
+    if options.lock is not None:
+        problems = lock_problems(options.lock, installed, options.pins, environment)
+        report.steps.append(Step(name="lock", ok=not problems, seconds=0,
+                                 detail="; ".join(problems) or f"{len(installed)} distributions as locked"))
+
+    env = {**clean_env(), **dict(options.env)}
+    with tempfile.TemporaryDirectory(prefix="fp4graph-smoke-") as cwd:
+        for check in options.checks:
+            _step(report, f"smoke: {check.name}", check.argv(python), options, env=env, cwd=pathlib.Path(cwd),
+                  detail_ok="imports", driver_skips=True)
+    extra_env = {**env, "PYTHONPATH": str(options.repo / "src")}
+    for extra in options.extra_checks:
+        _step(report, extra.name, [str(python), *extra.argv], options, env=extra_env, cwd=options.repo,
+              detail_ok="passed")
+    return report
+
+
+def summary(report: InstallReport) -> list[str]:
+    """The report as lines: one a step, then each failure's last lines."""
+    lines = [f"$ {report.command}"] if report.command else []
+    lines += [s.line() for s in report.steps]
+    if any(s.skipped for s in report.steps):
+        lines.append("skipped: needs what a CPU machine lacks; runs where it is (an SM120 machine)")
+    if report.versions:
+        lines.append("versions: " + " ".join(f"{k}=={v}" for k, v in report.versions.items()))
+    for s in report.failed:
+        if s.tail:
+            lines.append(f"--- {s.name}: the last lines of its output")
+            lines += ["    " + ln for ln in s.tail.splitlines()]
+    verdict = "ok" if report.ok else "FAILED: " + ", ".join(s.name for s in report.failed)
+    lines.append(f"install {report.stack}: {verdict}")
+    return lines
+
+
+def sglang_version(pins: Sequence[str]) -> str:
+    """The upstream sglang version of a stack's pins."""
+    for pin in pins:
+        name, _, version = pin.partition("==")
+        if name == "sglang":
+            return version.split("+", 1)[0]
+    raise InstallError(f"pins {' '.join(pins)} hold no sglang: `install` is for stacks with sglang")
+
+
+def options_for(
+    settings: Settings,
+    stack: str,
+    *,
+    venv: pathlib.Path,
+    base_python: str,
+    architectures: Callable[[str], Sequence[str]],
+    locked: bool = True,
+    lock_file: pathlib.Path | None = None,
+    index_url: str | None = None,
+    extra_index_urls: Sequence[str] | None = None,
+    installer: str = "pip",
+    extra_checks: Sequence[ExtraCheck] = (),
+    env: Sequence[tuple[str, str]] = (),
+    log_file: pathlib.Path | None = None,
+    upgrade_pip: bool = True,
+    pins: Sequence[str] | None = None,
+    wheels_dir: pathlib.Path | None = None,
+) -> InstallOptions:
+    """The options of installing ``stack`` as built in ``wheels/`` (or ``wheels_dir``; its
+    ``pins`` unless given), with its lock (``patches/locks/<stack>.txt`` unless
+    ``lock_file``) unless not ``locked``; ``architectures(sglang_version)``: the model
+    classes the smoke imports."""
+    wheels = wheels_dir or settings.wheels_dir
+    pins = tuple(pins if pins is not None else built_pins(wheels, stack))
+    path = (lock_file or lock_path(settings.patches_dir, stack)) if locked else None
+    return InstallOptions(
+        stack=stack, pins=pins, repo=settings.repo, wheels_dir=wheels, venv=venv,
+        base_python=base_python, lock=read(path, stack) if path else None, lock_file=path,
+        index_url=index_url,
+        extra_index_urls=tuple(extra_index_urls if extra_index_urls is not None else
+                               (() if index_url else (PYPI,))),
+        installer=installer, checks=tuple(smoke_checks(architectures(sglang_version(pins)))),
+        extra_checks=tuple(extra_checks), env=tuple(env), log_file=log_file, upgrade_pip=upgrade_pip,
+    )

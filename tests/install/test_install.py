@@ -1,0 +1,107 @@
+"""``python -m fp4graph install`` end to end against a fixture index served over HTTP, and
+its parts: the one install command (the README's), the lock check, the error lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from fp4graph.commands import install as install_command
+from fp4graph.install import stack
+from fp4graph.model import locks
+from install_world import CUBIN_ERROR, KERNEL, STACK, World
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_the_readme_shows_the_command_the_session_runs() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert install_command.readme_command("sglang-0.5.9") in readme
+    assert install_command.readme_command("sglang-0.5.9") == (
+        "pip install --index-url https://pypi.internal/simple/ -c https://pypi.internal/locks/sglang-0.5.9.txt "
+        "$(python -m fp4graph pins sglang-0.5.9)")
+
+
+def test_install_command_pip_and_uv() -> None:
+    pins = ["sglang==1+fp4graph.1"]
+    assert stack.install_command(["pip"], index_url="http://ours/simple/", extra_index_urls=["https://pypi/"],
+                                 lock="l.txt", pins=pins) == [
+        "pip", "install", "--index-url", "http://ours/simple/", "--extra-index-url", "https://pypi/",
+        "-c", "l.txt", "sglang==1+fp4graph.1"]
+    # uv takes a name from the first index that has it: ours first, PyPI the default.
+    assert stack.install_command(["uv", "pip"], index_url="http://ours/simple/", extra_index_urls=["https://pypi/"],
+                                 lock=None, pins=pins, uv=True) == [
+        "uv", "pip", "install", "--index", "http://ours/simple/", "--default-index", "https://pypi/",
+        "sglang==1+fp4graph.1"]
+
+
+def test_lock_problems_name_each_difference() -> None:
+    lock = locks.make("s", [], [locks.LockedPin(name="six", version="1.0"),
+                                locks.LockedPin(name="attrs", version="2.0", marker='python_version < "3"')])
+    installed = {"six": "1.1", "attrs": "3.0", "pip": "26.3", "sglang": "1+fp4graph.1"}
+    assert stack.lock_problems(lock, installed, ["sglang==1+fp4graph.1"], None) == [
+        "six 1.1 installed, locked 1.0", "attrs 3.0 installed, not in the lock"]
+
+
+def test_error_line_is_the_last_exception() -> None:
+    out = "Traceback (most recent call last):\n  File x\nImportError: first\nduring handling\nRuntimeError: last one\n"
+    assert stack.error_line(out) == "RuntimeError: last one"
+    assert stack.error_line("") == "(no output)"
+
+
+def run_install(world: World, tmp_path: pathlib.Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    report = tmp_path / "report.json"
+    env = {**os.environ, "PYTHONPATH": str(world.repo / "src")}
+    argv = [sys.executable, "-m", "fp4graph", "install", STACK, "--python", sys.executable, "--keep-pip",
+            "--extra-index-url", world.pypi, "--venv", str(tmp_path / "venv"), "--report", str(report), *args]
+    result = subprocess.run(argv, cwd=world.repo, env=env, capture_output=True, text=True, timeout=600)
+    assert report.is_file(), result.stdout + result.stderr
+    return result, json.loads(report.read_text())
+
+
+def steps(report: dict) -> dict[str, dict]:
+    return {s["name"]: s for s in report["steps"]}
+
+
+def test_installs_with_the_lock_from_the_served_index(world: World, tmp_path: pathlib.Path) -> None:
+    result, report = run_install(world, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    done = steps(report)
+    assert all(s["ok"] for s in done.values()), done
+    assert list(done)[:5] == ["venv", "install", "disk", "pip check", "lock"]
+    assert [n for n in done if n.startswith("smoke: ")] == [f"smoke: {c.name}" for c in stack.smoke_checks([])]
+    # The README's command: our index over HTTP, PyPI's stand-in, the published lock.
+    assert "--index-url http://127.0.0.1:" in report["command"] and f"--extra-index-url {world.pypi}" in report["command"]
+    assert f"/locks/{STACK}.txt sglang==9.0.0+fp4graph.1 flashinfer-python==9.0.0+fp4graph.1" in report["command"]
+    assert f"$ {report['command']}" in result.stdout and f"install {STACK}: ok" in result.stdout
+    assert "9.1.0" not in done["lock"]["detail"] and not (tmp_path / "venv").exists()  # removed unless --keep
+
+
+def test_unlocked_takes_the_newest_and_the_smoke_names_what_breaks(world: World, tmp_path: pathlib.Path) -> None:
+    result, report = run_install(world, tmp_path, "--no-lock", "--keep")
+    assert result.returncode == 1
+    versions = subprocess.run([str(tmp_path / "venv" / "bin" / "python"), "-m", "pip", "list", "--format=json"],
+                              capture_output=True, text=True, check=True).stdout
+    assert {"name": KERNEL, "version": "9.1.0"} in json.loads(versions)
+    failed = {s["name"]: s for s in report["steps"] if not s["ok"]}
+    assert set(failed) == {"smoke: import sgl_kernel", "smoke: ModelOpt fp4 method", "smoke: launch_server --help"}
+    assert failed["smoke: import sgl_kernel"]["detail"] == "exit 1: ImportError: 9.1"
+    assert "smoke: import sgl_kernel: FAILED" in result.stdout and "ImportError: 9.1" in result.stdout
+    assert (f"install {STACK}: FAILED: smoke: import sgl_kernel, smoke: ModelOpt fp4 method, "
+            "smoke: launch_server --help") in result.stdout
+
+
+@pytest.mark.parametrize("world", [True], indirect=True, ids=["cubin-mismatch"])
+def test_a_failing_import_fails_the_command_naming_the_module(world: World, tmp_path: pathlib.Path) -> None:
+    result, report = run_install(world, tmp_path)
+    assert result.returncode == 1
+    failed = [s for s in report["steps"] if not s["ok"]]
+    assert failed[0]["name"] == "smoke: import flashinfer"
+    assert failed[0]["detail"] == f"exit 1: {CUBIN_ERROR}"
+    assert "flashinfer/__init__.py" in failed[0]["tail"]  # the traceback's last lines
+    assert f"smoke: import flashinfer: FAILED (0 s): exit 1: {CUBIN_ERROR}" in result.stdout.replace("(1 s)", "(0 s)")
