@@ -5,11 +5,16 @@ script, so every later command of the run comes here and is logged (one JSON lin
 ``FAKE_PYTHON_LOG``) with the venv that ran it:
 
 - ``-m pip install ...``: nothing installed; ``transformers==X`` is remembered per venv;
+  ``-m pip check``: no broken requirements;
 - ``-c <probe>``: the torch device probe answers SM120 GPUs (``FAKE_GPUS``, default 1); the
   transformers probe answers the venv's version (``FAKE_TRANSFORMERS``, default 4.57.1, the
-  pin of sglang 0.5.9, or what pip installed over it);
+  pin of sglang 0.5.9, or what pip installed over it); the install's distribution probe
+  answers none; an import of the install's smoke succeeds, unless its code holds the key of
+  ``FAKE_IMPORT_ERRORS`` (JSON ``{"import flashinfer": "RuntimeError: ..."}``): then it
+  prints that error and exits 1;
 - ``-m fp4graph.integration.checkpoint OUT --family F``: writes only ``OUT/config.json``;
-- ``-m sglang.launch_server ...``: fake_sglang_server.py ``--launch-server``;
+- ``-m sglang.launch_server --help``: a usage line; ``-m sglang.launch_server ...``:
+  fake_sglang_server.py ``--launch-server``;
 - ``-m sglang.bench_serving ...``: one JSONL record in ``--output-file``.
 """
 
@@ -67,7 +72,15 @@ def pip(argv: list[str]) -> int:
 
 
 def probe(code: str) -> int:
-    if "transformers" in code:
+    for key, error in json.loads(os.environ.get("FAKE_IMPORT_ERRORS", "{}")).items():
+        if key in code:
+            print(f"Traceback (most recent call last):\n  File \"<string>\", line 1\n{error}", file=sys.stderr)
+            return 1
+    if '"distributions"' in code:  # fp4graph.install.stack's probe
+        print(json.dumps({"distributions": {}, "environment": {"python_version": "3.11"}}))
+    elif "import flashinfer" in code or "from flashinfer" in code or "sglang.srt" in code or "sgl_kernel" in code:
+        print("imported")
+    elif "transformers" in code:
         print(_state(_venv()).get("transformers", "4.57.1"))
     elif "torch.cuda" in code:
         gpus = [["NVIDIA RTX PRO 6000 Blackwell Server Edition", [12, 0]]] * int(os.environ.get("FAKE_GPUS", "1"))
@@ -115,6 +128,9 @@ def main() -> int:
         return probe(argv[1])
     if argv[:2] == ["-m", "fp4graph.integration.checkpoint"]:
         return checkpoint(argv[2:])
+    if argv[:2] == ["-m", "sglang.launch_server"] and "--help" in argv:
+        print("usage: launch_server.py [-h] --model-path MODEL_PATH ...")
+        return 0
     if argv[:2] == ["-m", "sglang.launch_server"]:
         server = str(HERE / "fake_sglang_server.py")
         os.execv(sys.executable, [sys.executable, server, "--launch-server", *argv[2:]])

@@ -17,6 +17,7 @@ import pytest
 
 from fp4graph import commands
 from fp4graph.commands import integration as command
+from fp4graph.install import stack as installing
 from fp4graph.integration import device, flags, options, plan, runner
 from fp4graph.model import manifest, stacks
 from fp4graph.model.errors import ConfigError
@@ -44,6 +45,7 @@ def _fake_repo(tmp: pathlib.Path, built: Manifest | None = None) -> pathlib.Path
         return repo
     (repo / "patches").mkdir(parents=True)
     shutil.copy(REPO / "patches" / "stacks.toml", repo / "patches" / "stacks.toml")
+    shutil.copytree(REPO / "patches" / "locks", repo / "patches" / "locks")
     for version in ("0.5.9", "0.5.11"):
         (repo / "patches" / "sglang" / version).mkdir(parents=True)
         (repo / "patches" / "sglang" / version / "series").write_text("0001-x.patch\n")
@@ -180,26 +182,42 @@ def _run(tmp: pathlib.Path, monkeypatch: pytest.MonkeyPatch, *argv: str, stack: 
     return command.run(_args("--stack", stack, "--work-dir", str(tmp / "w"), "--output", str(tmp / "out"), *argv))
 
 
-def test_skips_without_sm120(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
-                             capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("PATH", f"{_fake_smi(tmp_path, H200)}{os.pathsep}{os.environ['PATH']}")
-    assert _run(tmp_path, monkeypatch) == 0
+def test_skips_without_sm120_after_installing_as_users_do(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """On a machine without SM120 GPUs the run installs the stack as `nox -s install` does
+    (the served wheels/, PyPI, the stack's lock), runs pip check and the import smoke, then
+    skips: no checkpoint, no server."""
+    python = _fake_env(tmp_path, monkeypatch, version="0.5.9", faults=[], smi=H200)
+    assert _run(tmp_path, monkeypatch, "--python", str(python)) == 0
     out = capsys.readouterr().out
-    assert out.startswith(command.SKIPPED) and "NVIDIA H200 (sm_90)" in out
+    assert command.SKIPPED + " no SM120 GPU" in out and "NVIDIA H200 (sm_90)" in out
+    assert "installed and imported" in out and "install sglang-0.5.9: ok" in out
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["status"] == "skipped" and "sm_90" in report["reason"] and report["cells"] == []
     assert report["families"] == ["llama", "qwen3", "qwen3-moe", "deepseek-v3", "glm4-moe", "glm5", "deepseek-v3.2"]
-    assert not (tmp_path / "w" / "venv").exists()  # nothing installed
-    # The library returns the outcome and prints nothing; the command prints it.
-    outcome = runner.run(command.options(_args("--stack", "sglang-0.5.9", "--output", str(tmp_path / "lib"))))
-    assert outcome.status == "skipped" and "sm_90" in (outcome.reason or "") and outcome.exit_code == 0
-    assert capsys.readouterr().out == ""
+    argvs = [c["argv"] for c in _calls(tmp_path / "calls.jsonl")]
+    (install,) = [a for a in argvs if a[:3] == ["-m", "pip", "install"] and "-c" in a]
+    assert install[install.index("--index-url") + 1].startswith("http://127.0.0.1:")
+    assert install[install.index("--extra-index-url") + 1] == "https://pypi.org/simple/"
+    assert install[install.index("-c") + 1] == str(tmp_path / "repo" / "patches" / "locks" / "sglang-0.5.9.txt")
+    assert install[-2:] == [SGLANG_059, "flashinfer-python==0.6.3"]
+    assert ["-m", "pip", "check"] in argvs and ["-m", "sglang.launch_server", "--help"] in argvs
+    assert not [a for a in argvs if a[:2] == ["-m", "fp4graph.integration.checkpoint"]]
 
 
-def test_skips_without_nvidia_smi(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert _run(tmp_path, monkeypatch) == 0
+def test_a_failed_import_fails_the_run_naming_it(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    python = _fake_env(tmp_path, monkeypatch, version="0.5.9", faults=[], smi=H200)
+    cubin = "RuntimeError: flashinfer-cubin version (0.6.3) does not match flashinfer version (0.6.3+fp4graph.3)"
+    monkeypatch.setenv("FAKE_IMPORT_ERRORS", json.dumps({"import flashinfer": cubin}))
+    with pytest.raises(installing.InstallError, match=re.escape(f"smoke: import flashinfer: exit 1: {cubin}")):
+        _run(tmp_path, monkeypatch, "--python", str(python))
+    assert not (tmp_path / "out" / "report.json").exists()
+
+
+def test_without_nvidia_smi_it_installs_then_skips(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    python = _fake_env(tmp_path, monkeypatch, version="0.5.9", faults=[], smi=None)
+    assert _run(tmp_path, monkeypatch, "--python", str(python)) == 0
     assert "nvidia-smi is not on PATH" in capsys.readouterr().out
 
 
@@ -269,8 +287,14 @@ def _calls(log: pathlib.Path) -> list[dict[str, object]]:
 
 
 def _fake_env(tmp: pathlib.Path, monkeypatch: pytest.MonkeyPatch, *, version: str,
-              faults: list[dict[str, object]], transformers: str = "4.57.1") -> pathlib.Path:
-    monkeypatch.setenv("PATH", f"{_fake_smi(tmp, PRO6000)}{os.pathsep}{os.environ['PATH']}")
+              faults: list[dict[str, object]], transformers: str = "4.57.1",
+              smi: str | None = PRO6000) -> pathlib.Path:
+    if smi is None:  # no nvidia-smi on PATH at all
+        empty = tmp / "no-smi"
+        empty.mkdir(exist_ok=True)
+        monkeypatch.setenv("PATH", str(empty))
+    else:
+        monkeypatch.setenv("PATH", f"{_fake_smi(tmp, smi)}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_PYTHON_LOG", str(tmp / "calls.jsonl"))
     monkeypatch.setenv("FAKE_SGLANG_VERSION", version)
     monkeypatch.setenv("FAKE_SGLANG_FAULTS", json.dumps(faults))
@@ -327,7 +351,7 @@ def test_matrix_run_reports_every_cell(tmp_path: pathlib.Path, monkeypatch: pyte
     calls = _calls(tmp_path / "calls.jsonl")
     newer = str(tmp_path / "w" / "venv-transformers-5.6.0")
     assert report["transformers"] == {str(tmp_path / "w" / "venv"): "4.57.1", newer: "5.6.0"}
-    servers = [c for c in calls if c["argv"][:2] == ["-m", "sglang.launch_server"]]
+    servers = [c for c in calls if c["argv"][:2] == ["-m", "sglang.launch_server"] and "--help" not in c["argv"]]
     assert len(servers) == 2 * len(cells)
     for call in servers:
         is_glm5 = "tiny-nvfp4-glm5" in " ".join(call["argv"])  # type: ignore[arg-type]

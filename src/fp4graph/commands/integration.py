@@ -47,6 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="an NVFP4 checkpoint of a known family instead of the generated ones")
     p.add_argument("--wheels-dir", type=pathlib.Path, help="patched wheels (default <repo>/wheels)")
     p.add_argument("--index-url", help="index serving the patched wheels (added to PyPI)")
+    p.add_argument("--installer", choices=("pip", "uv"), default=d.installer, help="what installs the stack")
+    p.add_argument("--check", action="append", default=[], metavar="NAME=SCRIPT [ARGS]",
+                   help="after the import smoke, a script of the checkout run by the venv's python "
+                        "(as python -m fp4graph install --check)")
     p.add_argument("--tp", type=int, default=d.tp, help="tensor parallel size (default 1)")
     p.add_argument("--concurrency", type=_concurrency, default=d.concurrency,
                    help="bench_serving concurrency levels (default 1,10,256,1024)")
@@ -86,7 +90,8 @@ def options(args: argparse.Namespace) -> IntegrationOptions:
         input_len=args.input_len, output_len=args.output_len, prompts_per_level=args.prompts_per_level,
         output=args.output, work_dir=args.work_dir, python=args.python,
         sglang_checkout=args.sglang_checkout, server_timeout=args.server_timeout,
-        server_args=tuple(args.server_arg),
+        server_args=tuple(args.server_arg), installer=args.installer,
+        checks=tuple((name, cmd) for name, _, cmd in (c.partition("=") for c in args.check)),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..install import stack as installing
 from . import flags, plan, server, sglang_suite
 from .families import NEWER_TRANSFORMERS
 from .matrix import Cell
@@ -19,7 +20,12 @@ def describe(options: IntegrationOptions) -> list[str]:
         "device check: nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader "
         f"(needs {options.tp} SM120 GPU(s); else SKIPPED, exit 0)",
     ]
-    lines += ["install: " + plan.render(c) for c in install.commands()]
+    readme = installing.install_command(
+        [str(install.python), "-m", "pip"], index_url=install.index_url or "http://127.0.0.1:PORT/simple/",
+        extra_index_urls=[installing.PYPI], lock=f"patches/locks/{options.stack}.txt",
+        pins=[p.requirement for p in install.pins.pins])
+    lines += [f"install: {install.base_python} -m venv {install.venv}", "install: " + plan.render(readme),
+              "install: then pip check and the import smoke (python -m fp4graph install's steps)"]
     newer = [f"{f.name} (>= {f.min_transformers})" for f in resolved.families if f.min_transformers]
     other = install.with_overrides(NEWER_TRANSFORMERS)
     if newer:

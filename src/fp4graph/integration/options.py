@@ -43,6 +43,9 @@ class IntegrationOptions:
     sglang_checkout: pathlib.Path | None = None
     server_timeout: float = 1800.0
     server_args: tuple[str, ...] = ()
+    installer: str = "pip"  # what installs the stack (fp4graph.install.stack.INSTALLERS)
+    # (name, script and arguments) run by the venv's python after the import smoke.
+    checks: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.bench not in BENCH_CHOICES:

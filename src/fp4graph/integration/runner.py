@@ -1,8 +1,10 @@
 """The integration run: the matrix under sglang on SM120 GPUs, from the install to the report.
 
-Steps: check for SM120 GPUs (nvidia-smi; skip when there are none), create a venv with the
-stack's exact ``==X+fp4graph.N`` pins and sglang's full dependencies, confirm the GPUs from
-torch in that venv, give families whose model type the pinned transformers lacks a second
+Steps: check for SM120 GPUs (nvidia-smi), install the stack as users do and check it
+imports (:func:`fp4graph.install.stack.install_stack`, what ``nox -s install`` runs: a venv,
+the stack's exact ``==X+fp4graph.N`` pins from our index plus PyPI with the stack's lock,
+``pip check``, the import smoke), skip here when there are no SM120 GPUs (on a CPU the
+install and import steps still run), confirm the GPUs from torch in that venv, give families whose model type the pinned transformers lacks a second
 venv with a newer transformers, write one tiny NVFP4 checkpoint per family (unless a
 ``model_path`` is given), then for every matrix cell (:mod:`.matrix`) and piecewise off and
 on: launch sglang, greedy-generate the fixed prompts, run bench_serving at each concurrency
@@ -20,15 +22,18 @@ import hashlib
 import json
 import os
 import pathlib
+import shlex
 import shutil
 import subprocess
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from ..install import stack as installing
+from ..model.config import Settings
 from ..model.errors import ConfigError, Fp4graphError
 from ..model.log import progress
 from . import benchmark, device, flags, plan, server, sglang_suite
-from .families import NEWER_TRANSFORMERS, Family, Size
+from .families import FAMILIES, NEWER_TRANSFORMERS, Family, Size
 from .matrix import Cell
 from .options import SRC, IntegrationOptions, Layout, Resolved, checkpoint_command, resolve
 from .report import CellResult, Run
@@ -88,6 +93,30 @@ def _output(command: Sequence[str], log: pathlib.Path) -> str:
     if result.returncode != 0:
         raise Fp4graphError(f"{plan.render(command)} exited {result.returncode}; see {log}")
     return result.stdout.strip()
+
+
+def architectures(sglang_version: str) -> list[str]:
+    """The model classes of the families ``sglang_version`` has (the import smoke's)."""
+    return [f.architecture for f in FAMILIES.values() if f.in_sglang(sglang_version)]
+
+
+def install_as_users_do(options: IntegrationOptions, layout: Layout, install: plan.InstallPlan) -> None:
+    """``nox -s install``'s steps into the run's venv; raise naming each failed step."""
+    chosen = installing.options_for(
+        Settings.from_env(layout.repo), options.stack, venv=install.venv, base_python=install.base_python,
+        architectures=architectures, pins=[p.requirement for p in install.pins.pins],
+        wheels_dir=install.find_links, index_url=install.index_url, extra_index_urls=(installing.PYPI,),
+        installer=options.installer, log_file=layout.logs / "install.log",
+        extra_checks=[installing.ExtraCheck(name=name, argv=tuple(shlex.split(cmd))) for name, cmd in options.checks],
+    )
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    report = installing.install_stack(chosen)
+    for line in installing.summary(report):
+        progress(line)
+    if not report.ok:
+        failed = "; ".join(f"{s.name}: {s.detail}" for s in report.failed)
+        raise installing.InstallError(f"stack {options.stack} does not install and import as users install it: "
+                                      f"{failed}; see {layout.logs / 'install.log'}")
 
 
 def _install(install: plan.InstallPlan, log: pathlib.Path) -> None:
@@ -239,14 +268,14 @@ def run(options: IntegrationOptions) -> Outcome:
     layout, install = resolved.layout, resolved.install
     context = _context(resolved)
     reason = device.probe_nvidia_smi().skip_reason(options.tp)
-    if reason:
-        return _skip(layout, context, reason)
     if missing := install.missing_wheels():
         raise ConfigError(
             f"{install.find_links} has no wheel for {', '.join(missing)}: build them with "
             f"`nox -s wheels -- --stack {options.stack}` (or pass --index-url of an index serving them)"
         )
-    _install(install, layout.logs / "install.log")
+    install_as_users_do(options, layout, install)  # on a CPU too: the install and import steps
+    if reason:
+        return _skip(layout, context, f"{reason} (installed and imported: {layout.logs / 'install.log'})")
     reason = device.probe_torch(install.python).skip_reason(options.tp)
     if reason:
         return _skip(layout, context, reason)
