@@ -28,9 +28,19 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "src"))
 from fp4graph.model.stacks import load  # noqa: E402
 
-VERSIONS_BY_TORCH = load(HERE / "patches" / "stacks.toml").versions_by_torch()
+CATALOG = load(HERE / "patches" / "stacks.toml")
+VERSIONS_BY_TORCH = CATALOG.versions_by_torch()
 STACK_TORCHES = sorted(VERSIONS_BY_TORCH)
+# The stacks with sglang, by torch pin: tracing installs each (nox -s install) under its pin.
+SGLANG_STACKS_BY_TORCH = {
+    torch: [s.name for s in CATALOG.stacks
+            if s.torch == torch and any(a.project == "sglang" for a in CATALOG.stack_artifacts(s))]
+    for torch in STACK_TORCHES
+}
 
+
+# The whole-model simulation on the installed packages: the last step of an install.
+INSTALLED_SIMULATION = "simulation=tests/models/simulate_installed.py --family llama"
 
 # pytest-xdist, one worker a CPU; a test file stays on one worker, so its module fixtures
 # (one child interpreter for a stack's whole-model batch) run once.
@@ -118,8 +128,9 @@ def publish(session: nox.Session) -> None:
 @nox.parametrize("torch", STACK_TORCHES)
 def tracing(session: nox.Session, torch: str) -> None:
     """The SM120 simulation under each stack's own torch pin (CUDA wheels from PyPI),
-    for the versions of the stacks that pin it; whole models: the full matrix
-    (FP4GRAPH_TRACING_K narrows the tests)."""
+    for the versions of the stacks that pin it; whole models: the full matrix; then the full
+    install of each of those stacks as users install it (nox -s install). FP4GRAPH_TRACING_K
+    narrows the tests and leaves the installs out."""
     _install_test_env(session, f"torch=={torch}")
     selected = " or ".join(VERSIONS_BY_TORCH[torch])
     if os.environ.get("FP4GRAPH_TRACING_K"):
@@ -129,6 +140,12 @@ def tracing(session: nox.Session, torch: str) -> None:
         *(session.posargs or ["tests/flashinfer", "tests/sglang", "tests/models", "-k", selected]),
         env={"FP4GRAPH_MODELS": "full"},
     )
+    stacks = SGLANG_STACKS_BY_TORCH[torch]
+    if os.environ.get("FP4GRAPH_TRACING_K") or session.posargs or not stacks:
+        return
+    session.run("python", "-m", "fp4graph", "wheels", *(a for s in stacks for a in ("--stack", s)))
+    for stack in stacks:  # one 8.5-11 GB venv at a time, removed after its checks
+        session.run("python", "-m", "fp4graph", "install", stack, "--check", INSTALLED_SIMULATION)
 
 
 @nox.session(default=False)
@@ -176,18 +193,13 @@ def bench(session: nox.Session) -> None:
 @nox.session(default=False)
 def integration(session: nox.Session) -> None:
     """SM120: every model family under sglang, piecewise CUDA graphs on vs off (crashes,
-    greedy outputs, throughput); skips without SM120 GPUs."""
+    greedy outputs, throughput); without SM120 GPUs it installs the stack as users do, runs
+    the import smoke, and skips the rest."""
     session.install("-e", ".")
     session.run("git", "rev-parse", "HEAD", external=True, success_codes=[0, 128])
-    # A later --stack in posargs wins over FP4GRAPH_STACK.
-    command = ["python", "-m", "fp4graph", "integration", "--stack", _stack(session), *session.posargs]
-    if "--dry-run" not in session.posargs:
-        # {"tp": N, "sm120_gpus": M, "skip_reason": null or why}; stderr stays on the terminal.
-        check = json.loads(str(session.run(*command, "--device-check", "--json", silent=True, stderr=None)))
-        if check["skip_reason"]:
-            session.skip(check["skip_reason"])
-        session.log(f"integration: {check['sm120_gpus']} SM120 GPU(s) found")
-    session.run(*command)
+    # A later --stack in posargs wins over FP4GRAPH_STACK. Without SM120 GPUs the command
+    # still installs the stack as users do and runs the import smoke, then says SKIPPED.
+    session.run("python", "-m", "fp4graph", "integration", "--stack", _stack(session), *session.posargs)
 
 
 @nox.session(default=False)
@@ -209,6 +221,35 @@ def upstream(session: nox.Session) -> None:
         session.log(f"the tests the patches add run on {release_torch[0] if release_torch else TORCH}")
         session.install(*needs, *([] if release_torch else [TORCH]))
     session.run("python", "-m", "fp4graph", "upstream", *session.posargs, "--tests-must-run")
+
+
+@nox.session(default=False)
+def install(session: nox.Session) -> None:
+    """Install a stack as the README says (wheels/ served over HTTP + PyPI, its lock), then
+    pip check, the import smoke and the whole-model simulation on the installed packages.
+    Usage: nox -s install [-- STACK [python -m fp4graph install options]]"""
+    session.install("-e", ".")
+    args = list(session.posargs)
+    if not args or args[0].startswith("-"):
+        args.insert(0, _stack(session))
+    session.run("git", "rev-parse", "HEAD", external=True, success_codes=[0, 128])
+    session.run("python", "-m", "fp4graph", "install", *args, "--check", INSTALLED_SIMULATION)
+
+
+@nox.session(default=False)
+def lock(session: nox.Session) -> None:
+    """Maintainer: resolve each stack's whole dependency closure (uv, universal) into
+    patches/locks/<stack>.txt, keeping patches/locks/holds.toml. Usage: nox -s lock [-- STACK]"""
+    session.install("-e", ".", "uv")
+    session.run("python", "-m", "fp4graph", "lock", *session.posargs)
+
+
+@nox.session(default=False)
+def deps(session: nox.Session) -> None:
+    """The dependency drift report: what the newest versions would change in each lock;
+    --heavy also installs each stack unlocked and runs the import smoke (wheels/reports/deps-drift.md)."""
+    session.install("-e", ".", "uv")
+    session.run("python", "-m", "fp4graph", "deps", *session.posargs)
 
 
 @nox.session(default=False)

@@ -38,6 +38,7 @@ PERMISSIONS = {
     "gpu": {"contents": "read"},
     "release": {"contents": "write"},  # gh release create
     "drift": {"contents": "read", "issues": "write"},  # the tracking issue
+    "install": {"contents": "read"},
 }
 
 # Every `run:` step is exactly one command of one of these kinds: installing nox, a nox
@@ -163,7 +164,7 @@ def nox_list() -> set[str]:
     return names
 
 
-def test_the_four_workflows_exist() -> None:
+def test_the_workflows_exist() -> None:
     assert set(workflow_ids()) == set(PERMISSIONS), f"ci/github/ holds {workflow_ids()}"
 
 
@@ -296,6 +297,18 @@ def test_upstream_cache_is_keyed_on_the_stacks_file(path: pathlib.Path) -> None:
             assert "FP4GRAPH_CACHE" in workflow.get("env", {}), (
                 f"{path.name}: caches FP4GRAPH_CACHE without setting it"
             )
+
+
+def test_install_runs_every_sglang_stack() -> None:
+    """The scheduled install pipeline has a job for each stack with sglang, no other."""
+    sys.path.insert(0, str(REPO / "src"))
+    from fp4graph.model.stacks import load as load_stacks
+
+    catalog = load_stacks(REPO / "patches" / "stacks.toml")
+    wanted = [s.name for s in catalog.stacks if any(a.project == "sglang" for a in catalog.stack_artifacts(s))]
+    (job,) = load(WORKFLOW_DIR / "install.yml")["jobs"].values()
+    assert job["strategy"]["matrix"]["stack"] == wanted
+    assert "schedule" in load(WORKFLOW_DIR / "install.yml")["on"]
 
 
 def test_checks_caches_the_upstream_artifacts() -> None:
