@@ -93,17 +93,33 @@ class SmokeCheck:
 
 
 _MODEL_CLASSES = """\
-import json
+import importlib, json, pathlib, re
+import sglang.srt.models
 from sglang.srt.models.registry import ModelRegistry
 wanted = json.loads({wanted!r})
 have = set(ModelRegistry.get_supported_archs())
 missing = [a for a in wanted if a not in have]
-if missing:
-    raise SystemExit("ImportError: sglang's ModelRegistry lacks " + ", ".join(missing)
-                     + " (a models/ module failed to import: see the warnings above)")
+errors = {{}}  # each missing class's module, imported again: why the registry left it out
+models = pathlib.Path(list(sglang.srt.models.__path__)[0])
+for arch in missing:
+    defines = [f.stem for f in sorted(models.glob("*.py")) if re.search(rf"^class {{arch}}\\b", f.read_text(), re.M)]
+    for name in defines[:1] or ["?"]:
+        try:
+            importlib.import_module(f"sglang.srt.models.{{name}}")
+            errors[arch] = f"models/{{name}}.py imports, yet the registry lacks it"
+        except Exception as exc:
+            errors[arch] = f"models/{{name}}.py: {{type(exc).__name__}}: {{' '.join(str(exc).split())[-300:]}}"
 for arch in wanted:
-    cls, _ = ModelRegistry.resolve_model_cls([arch])
-    print(arch, "->", cls.__module__ + "." + cls.__qualname__)
+    if arch in have:
+        cls, _ = ModelRegistry.resolve_model_cls([arch])
+        print(arch, "->", cls.__module__ + "." + cls.__qualname__)
+if missing:
+    for arch in missing:
+        print(arch, "MISSING:", errors[arch])
+    driver = all("libcuda.so.1: cannot open shared object file" in e for e in errors.values())
+    raise SystemExit("ImportError: sglang's ModelRegistry lacks " + ", ".join(missing) + (
+        " (their modules import sgl_kernel, whose library needs the CUDA driver: "
+        "libcuda.so.1: cannot open shared object file)" if driver else ": " + "; ".join(errors.values())))
 """
 
 
@@ -248,7 +264,7 @@ def _step(report: InstallReport, name: str, argv: Sequence[str], options: Instal
                 tail="" if code == 0 else _tail(output))
     if code != 0 and driver_skips and needs_driver(output):
         step.ok, step.skipped = True, True
-        step.detail = f"needs the CUDA driver ({NO_DRIVER}): runs on a GPU machine"
+        step.detail = f"needs the CUDA driver ({NO_DRIVER}), runs on a GPU machine: {error_line(output)[:300]}"
     report.steps.append(step)
     return step
 
