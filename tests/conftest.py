@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from fp4graph.model import config
+from fp4graph.model import config, series
 from fp4graph.wheels import trees
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -33,9 +33,9 @@ def wheel_tree() -> Callable[..., pathlib.Path]:
 
 
 def series_versions(project: str) -> list[str]:
-    """The versions of ``project`` that have a patch series in patches/."""
-    root = REPO / "patches" / project
-    return sorted(p.name for p in root.glob("*") if (p / "series").is_file())
+    """The releases of ``project`` with a patch series in patches/, oldest first (a pull
+    request series such as ``main-fb28d72`` is not a release and is tested in tests/forward)."""
+    return series.series_versions(REPO / "patches", project)
 
 
 @pytest.fixture(scope="session")
