@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from ...model import manifest
 from ...model.files import atomic_directory, recover
 from ...model.manifest import BuiltKernels, Manifest
-from ..fetch import sha256_of
 from ..index import write_index, write_metadata_files
 
 SUMS = "SHA256SUMS"
@@ -33,10 +32,16 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def write_sums(wheels_dir: pathlib.Path) -> None:
-    """``SHA256SUMS`` of every wheel in ``wheels_dir``, sorted by name (as ``nox -s wheels``)."""
-    lines = [f"{sha256_of(w)}  {w.name}\n" for w in sorted(wheels_dir.glob("*.whl"), key=lambda w: w.name)]
-    (wheels_dir / SUMS).write_text("".join(lines))
+def _sums(current: pathlib.Path, replaced: set[str], added: Sequence[tuple[str, str]]) -> str:
+    """``current``'s lines (``sha256  name``, the wheels and locks of ``nox -s wheels``) but
+    those of ``replaced``, plus ``added`` (name, sha256), sorted by name as it writes them."""
+    lines = {}
+    for line in current.read_text().splitlines() if current.exists() else []:
+        sha, _, name = line.partition("  ")
+        if name and name not in replaced:
+            lines[name] = sha
+    lines.update(dict(added))
+    return "".join(f"{sha}  {name}\n" for name, sha in sorted(lines.items()))
 
 
 def add_kernels(wheels_dir: pathlib.Path, built: Sequence[tuple[pathlib.Path, BuiltKernels]]) -> Manifest:
@@ -58,7 +63,8 @@ def add_kernels(wheels_dir: pathlib.Path, built: Sequence[tuple[pathlib.Path, Bu
             shutil.copyfile(path, staging / record.filename)
         write_metadata_files(staging)  # rewrites the copies, never a linked wheel
         write_index(staging)
-        write_sums(staging)
+        sums = _sums(wheels_dir / SUMS, names, [(r.filename, r.sha256) for _, r in built])
+        (staging / SUMS).write_text(sums)
         kept = [k for k in current.kernels if k.filename not in names]
         kernels = tuple(sorted([*kept, *(r for _, r in built)], key=lambda k: k.filename))
         written = dataclasses.replace(current, kernels=kernels, path=None)
