@@ -150,3 +150,45 @@ def test_kernels_refuses_a_wheels_dir_of_another_flashinfer_build(checkout: Sett
     options = kernels.KernelOptions(stack=STACK, archs=(Arch(12, 0),), kinds=("probe",))
     with pytest.raises(manifest.ManifestError, match="run `nox -s wheels` first"):
         kernels.build(checkout, options)
+
+
+def test_an_export_in_parts_imports_to_the_same_wheel(
+    checkout: Settings, stand_in_library: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """What a machine with cores exports (parts of at most part_size bytes) packs here into
+    the wheel a local build of the same modules makes; a damaged part is refused."""
+    direct, record = _made(checkout, stand_in_library, tmp_path / "direct")
+    provenance = exchange.Provenance(stack=STACK, flashinfer=record.flashinfer.requirement,
+                                     flashinfer_sha256=record.flashinfer_sha256, cuda="13.0",
+                                     toolchain={"nvcc": "13.0 (test)", "cxx": "c++ (test)"})
+    module = Module(kind="quantization", name=NAME, library=stand_in_library, sha256=record.modules[0].sha256,
+                    seconds=12.5)
+    builds = [ArchBuild(arch=SM120, modules=(module,), unfinished=(), log=None)]
+    written = exchange.export(tmp_path / "out", builds, provenance, part_size=64 * 1024)
+    parts = [p for p in written if ".tar.xz." in p.name]
+    assert len(parts) > 1 and all(p.stat().st_size <= 64 * 1024 for p in parts)
+    options = kernels.KernelOptions(stack=STACK, archs=(SM120,), kinds=("quantization",),
+                                    import_dirs=(tmp_path / "out",))
+    outcome = kernels.build(checkout, options)
+    (imported,) = outcome.wheels
+    assert imported.sha256 == record.sha256 == build.sha256_of(direct)
+    assert outcome.seconds[("12.0a", NAME)] == 12.5  # the building machine's time, reported
+    assert (checkout.wheels_dir / imported.filename).read_bytes() == direct.read_bytes()
+
+    parts[0].write_bytes(b"x" + parts[0].read_bytes()[1:])
+    with pytest.raises(kernels.KernelsError, match=r"\.tar\.xz\.000: sha256 is not the recorded"):
+        kernels.build(checkout, dataclasses.replace(options, use_cache=False, import_dirs=(tmp_path / "out",)))
+
+
+def test_an_import_of_another_flashinfer_build_is_refused(
+    checkout: Settings, stand_in_library: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    provenance = exchange.Provenance(stack=STACK, flashinfer="flashinfer-python==0.6.3+fp4graph.1",
+                                     flashinfer_sha256="0" * 64, cuda="13.0", toolchain={"nvcc": "13.0 (test)"})
+    module = Module(kind="quantization", name=NAME, library=stand_in_library,
+                    sha256=build.sha256_of(stand_in_library), seconds=None)
+    exchange.export(tmp_path / "out", [ArchBuild(arch=SM120, modules=(module,), unfinished=(), log=None)], provenance)
+    options = kernels.KernelOptions(stack=STACK, archs=(SM120,), kinds=("quantization",),
+                                    import_dirs=(tmp_path / "out",))
+    with pytest.raises(kernels.KernelsError, match=r"sha256 0{64}\), not this checkout's"):
+        kernels.build(checkout, options)

@@ -42,8 +42,10 @@ def test_kinds_keep_the_warmup_order_and_refuse_unknown_ones() -> None:
 
 
 def test_the_wheel_version_names_the_release_toolkit_revision_and_arch() -> None:
-    version = targets.wheel_version(Version("0.6.3"), 4, "13.0", Arch(12, 1))
+    version = targets.wheel_version(Version("0.6.3"), 4, "13.0", Arch(12, 1), ["quantization", "gemm_cutlass"])
     assert str(version) == "0.6.3+cu130.fp4graph.4.sm121a"
+    assert str(targets.wheel_version(Version("0.6.3"), 4, "13.0", Arch(12, 0), ["probe"])) == \
+        "0.6.3+cu130.fp4graph.4.sm120a.probe"
     # The series' kernel-package-version check compares the release (public) versions.
     assert version.public == Version("0.6.3+fp4graph.4").public
 

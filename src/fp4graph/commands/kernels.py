@@ -7,6 +7,7 @@ import os
 import pathlib
 import sys
 
+from ..model import log
 from ..model.files import write_atomic
 from ..wheels import kernels
 from ..wheels.kernels import targets
@@ -66,7 +67,9 @@ def _report(outcome: kernels.KernelsOutcome) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = common.settings(args)
     stack = args.stack or os.environ.get("FP4GRAPH_STACK") or "sglang-0.5.9"
-    kinds = targets.parse_kinds(args.modules) if args.modules else None
+    # An empty --modules (a workflow input left empty) is the default, as no --modules.
+    modules = [m for m in args.modules if m.strip()]
+    kinds = targets.parse_kinds(modules) if modules else None
     if args.requirements:
         needs = kernels.requirements(settings, stack, kinds)
         write_atomic(args.requirements, "\n".join(needs) + "\n")
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     options = kernels.KernelOptions(
         stack=stack,
-        archs=targets.parse_archs(args.arch or ["12.0a"]),
+        archs=targets.parse_archs([a for a in args.arch if a.strip()] or ["12.0a"]),
         kinds=kinds,
         jobs=args.jobs,
         python=args.python,
@@ -85,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         export_dir=args.export,
         import_dirs=tuple(args.import_dirs),
     )
-    outcome = kernels.build(settings, options)
+    with log.progress_to(lambda line: print(f"kernels: {line}", file=sys.stderr, flush=True)):
+        outcome = kernels.build(settings, options)
     _report(outcome)
     # An export of an unfinished build is written (the next call resumes it): say so by the code.
     return 0 if outcome.complete else 3

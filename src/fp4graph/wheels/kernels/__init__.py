@@ -160,7 +160,8 @@ def _check_wheels_dir(settings: Settings, stack: str, artifact: Artifact, wheel_
 
 def _contents(artifact: Artifact, provenance: exchange.Provenance, arch_build: ArchBuild) -> package.Contents:
     return package.Contents(
-        version=targets.wheel_version(Version(artifact.version), artifact.revision, provenance.cuda, arch_build.arch),
+        version=targets.wheel_version(Version(artifact.version), artifact.revision, provenance.cuda, arch_build.arch,
+                                      [m.kind for m in arch_build.modules]),
         arch=arch_build.arch,
         cuda=provenance.cuda,
         flashinfer=provenance.flashinfer,
@@ -251,8 +252,10 @@ def build(settings: Settings, options: KernelOptions) -> KernelsOutcome:
 
 def _imported(settings: Settings, options: KernelOptions, requirement: str, wheel_sha256: str,
               seconds: dict[tuple[str, str], float | None]) -> tuple[tuple[ArchBuild, ...], exchange.Provenance]:
-    """The exported builds of ``options.archs``, checked against the local patched wheel."""
-    by_arch: dict[Arch, exchange.Imported] = {}
+    """The exported modules of ``options.archs`` (an arch's modules may come from several
+    exports of one build: a call per module kind), checked against the local patched wheel."""
+    modules: dict[Arch, dict[str, compile.Module]] = {}
+    provenances: dict[tuple[object, ...], exchange.Provenance] = {}
     for index_file in exchange.find_exports(options.import_dirs):
         imported = exchange.load(index_file, settings.cache_dir)
         p = imported.provenance
@@ -262,15 +265,26 @@ def _imported(settings: Settings, options: KernelOptions, requirement: str, whee
                 f"checkout's {requirement} (sha256 {wheel_sha256}): carry the patched wheel this "
                 "checkout builds (`nox -s wheels`) and build again"
             )
-        if imported.build.arch in options.archs:
-            by_arch[imported.build.arch] = imported
-    missing = [str(a) for a in options.archs if a not in by_arch]
+        if imported.build.arch not in options.archs:
+            continue
+        provenances[(p.stack, p.flashinfer, p.flashinfer_sha256, p.cuda, tuple(sorted(p.toolchain.items())))] = p
+        have = modules.setdefault(imported.build.arch, {})
+        for m in imported.build.modules:
+            if m.kind in have and have[m.kind].sha256 != m.sha256:
+                raise KernelsError(f"{index_file}: {imported.build.arch} {m.name} differs from another "
+                                   "export's: import the exports of one build")
+            have[m.kind] = m
+            seconds[(str(imported.build.arch), m.name)] = imported.seconds.get(m.name)
+    missing = [str(a) for a in options.archs if a not in modules]
     if missing:
         raise KernelsError(f"no export of {', '.join(missing)} in {', '.join(map(str, options.import_dirs))}")
-    tools = {tuple(sorted(by_arch[a].provenance.toolchain.items())) for a in options.archs}
-    if len(tools) != 1:
-        raise KernelsError("the exports were built with different toolchains: import them one arch at a time")
-    for a in options.archs:
-        seconds.update({(str(a), name): s for name, s in by_arch[a].seconds.items()})
-    return tuple(by_arch[a].build for a in options.archs), by_arch[options.archs[0]].provenance
-
+    if len(provenances) != 1:
+        raise KernelsError("the exports were built with different toolchains or inputs: import one build's exports")
+    kinds_order = list(targets.KINDS)
+    builds = tuple(
+        ArchBuild(arch=a, modules=tuple(sorted(modules[a].values(), key=lambda m: kinds_order.index(m.kind))),
+                  unfinished=(), log=None)
+        for a in options.archs
+    )
+    (provenance,) = provenances.values()
+    return builds, provenance

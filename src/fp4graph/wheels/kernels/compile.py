@@ -175,7 +175,10 @@ def compile_arch(
     built: dict[str, Module] = {}
     unfinished: list[Unfinished] = []
     log_file = None
+    if found:
+        progress(f"{arch}: cached {', '.join(m.name for m in found.values())}")
     if missing:
+        progress(f"{arch}: building {', '.join(missing)} (ninja's log: {work_dir / str(arch) / 'ninja.log'})")
         arch_dir = work_dir / str(arch)
         out = arch_dir / "out"
         shutil.rmtree(out, ignore_errors=True)

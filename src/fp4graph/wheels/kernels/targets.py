@@ -119,10 +119,12 @@ def cuda_label(nvcc_release: str) -> str:
     return f"cu{release.major}{release.minor}"
 
 
-def wheel_version(flashinfer: Version, revision: int, nvcc_release: str, arch: Arch) -> Version:
+def wheel_version(flashinfer: Version, revision: int, nvcc_release: str, arch: Arch, kinds: Sequence[str]) -> Version:
     """``0.6.3+cu130.fp4graph.4.sm120a``: the flashinfer release (what its loader compares),
-    the CUDA toolkit, the patched flashinfer's revision it was built from, and the arch."""
-    return Version(f"{flashinfer.public}+{cuda_label(nvcc_release)}.fp4graph.{revision}.{arch.sm}")
+    the CUDA toolkit, the patched flashinfer's revision it was built from, and the arch; a
+    wheel of the probe alone (CI's) says ``.probe`` too, never to be taken for the fp4 one."""
+    probe = ".probe" if set(kinds) == {PROBE} else ""
+    return Version(f"{flashinfer.public}+{cuda_label(nvcc_release)}.fp4graph.{revision}.{arch.sm}{probe}")
 
 
 def describe(kinds: Sequence[str]) -> str:

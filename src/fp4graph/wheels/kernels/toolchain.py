@@ -38,7 +38,7 @@ def version(name):
     except m.PackageNotFoundError:
         return None
 print(json.dumps({"python": platform.python_version(), "tvm_ffi": version("apache-tvm-ffi"),
-                  "torch": version("torch"), "ninja": version("ninja"),
+                  "torch": version("torch"),
                   "nvidia-cublas": version("nvidia-cublas"), "nvidia-curand": version("nvidia-curand")}))
 """
 
@@ -105,7 +105,8 @@ def interpreter_facts(python: str) -> dict[str, str | None]:
     except (OSError, subprocess.CalledProcessError) as exc:
         raise KernelsError(f"build interpreter {python}: {exc}") from None
     facts: dict[str, str | None] = json.loads(out.stdout)
-    missing = [name for name in ("tvm_ffi", "torch", "ninja") if not facts.get(name)]
+    missing = [name for name in ("tvm_ffi", "torch") if not facts.get(name)]
+    missing += [] if shutil.which("ninja") else ["ninja (on PATH)"]
     if missing:
         raise KernelsError(
             f"build interpreter {python} lacks {', '.join(missing)}: FlashInfer's JIT needs torch, "
@@ -124,6 +125,7 @@ def identify(python: str, environ: Mapping[str, str] = os.environ) -> Toolchain:
         "nvcc": f"{release} ({build})",
         "cxx": _first_line([cxx, "--version"]),
         "tvm-ffi": str(facts["tvm_ffi"]),
+        "ninja": _first_line(["ninja", "--version"]),
         "python": str(facts["python"]),
     }
     if not toolkit_has_headers(cuda_home):
