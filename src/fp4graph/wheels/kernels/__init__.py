@@ -220,7 +220,7 @@ def build(settings: Settings, options: KernelOptions) -> KernelsOutcome:
     if options.export_dir is None:
         _check_wheels_dir(settings, options.stack, artifact, wheel_sha256)
     if options.import_dirs:
-        builds, provenance = _imported(settings, options, requirement, wheel_sha256, seconds)
+        builds, provenance = _imported(settings, options, kinds, requirement, wheel_sha256, seconds)
     else:
         tools = toolchain.identify(options.python)
         provenance = exchange.Provenance(stack=options.stack, flashinfer=requirement, flashinfer_sha256=wheel_sha256,
@@ -250,10 +250,12 @@ def build(settings: Settings, options: KernelOptions) -> KernelsOutcome:
     return KernelsOutcome(kinds=kinds, builds=builds, seconds=seconds, wheels=tuple(r for _, r in made))
 
 
-def _imported(settings: Settings, options: KernelOptions, requirement: str, wheel_sha256: str,
-              seconds: dict[tuple[str, str], float | None]) -> tuple[tuple[ArchBuild, ...], exchange.Provenance]:
-    """The exported modules of ``options.archs`` (an arch's modules may come from several
-    exports of one build: a call per module kind), checked against the local patched wheel."""
+def _imported(settings: Settings, options: KernelOptions, kinds: Sequence[str], requirement: str,
+              wheel_sha256: str, seconds: dict[tuple[str, str], float | None],
+              ) -> tuple[tuple[ArchBuild, ...], exchange.Provenance]:
+    """The exported modules of ``kinds`` for ``options.archs`` (an arch's modules may come
+    from several exports of one build: a call per module kind), checked against the local
+    patched wheel."""
     modules: dict[Arch, dict[str, compile.Module]] = {}
     provenances: dict[tuple[object, ...], exchange.Provenance] = {}
     for index_file in exchange.find_exports(options.import_dirs):
@@ -270,6 +272,8 @@ def _imported(settings: Settings, options: KernelOptions, requirement: str, whee
         provenances[(p.stack, p.flashinfer, p.flashinfer_sha256, p.cuda, tuple(sorted(p.toolchain.items())))] = p
         have = modules.setdefault(imported.build.arch, {})
         for m in imported.build.modules:
+            if m.kind not in kinds:
+                continue
             if m.kind in have and have[m.kind].sha256 != m.sha256:
                 raise KernelsError(f"{index_file}: {imported.build.arch} {m.name} differs from another "
                                    "export's: import the exports of one build")
