@@ -20,8 +20,9 @@ import pytest
 from fp4graph import cli
 from fp4graph.model import manifest
 from fp4graph.model.config import Settings
+from fp4graph.model.errors import PublishError
 from fp4graph.model.stacks import load
-from fp4graph.wheels import build, kernels
+from fp4graph.wheels import build, kernels, publish
 from fp4graph.wheels.kernels import elf, exchange, outdir
 from fp4graph.wheels.kernels.compile import ArchBuild, Module
 from fp4graph.wheels.kernels.targets import Arch
@@ -192,3 +193,8 @@ def test_an_import_of_another_flashinfer_build_is_refused(
                                     import_dirs=(tmp_path / "out",))
     with pytest.raises(kernels.KernelsError, match=r"sha256 0{64}\), not this checkout's"):
         kernels.build(checkout, options)
+
+
+def test_publish_of_one_project_finds_only_its_wheels(checkout: Settings) -> None:
+    with pytest.raises(PublishError, match="no wheels of flashinfer-jit-cache to publish"):
+        publish.publish(checkout.wheels_dir, "http://127.0.0.1:9/", projects=["flashinfer_jit_cache"])

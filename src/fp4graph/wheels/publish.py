@@ -45,9 +45,11 @@ def publish(
     wanted = {canonicalize_name(p) for p in projects}
     wheels = [w for w in sorted(wheels_dir.glob("*.whl"))
               if not wanted or canonicalize_name(parse_wheel_filename(w.name)[0]) in wanted]
+    if not wheels and wanted:
+        raise PublishError(f"{wheels_dir}: no wheels of {', '.join(sorted(wanted))} to publish; build them "
+                           "first (`nox -s wheels`; flashinfer-jit-cache: `nox -s kernels`)")
     if not wheels:
-        what = f"no wheels of {', '.join(sorted(wanted))}" if wanted else "no wheels"
-        raise PublishError(f"{wheels_dir}: {what} to publish; run `nox -s wheels` (and `nox -s kernels`) first")
+        raise PublishError(f"{wheels_dir}: no wheels to publish; run `nox -s wheels` first")
     simple = simple_url or default_simple_url(repository_url)
     present = published_already(wheels, simple)
     if present:
