@@ -8,10 +8,11 @@ import pathlib
 import pytest
 from packaging.version import Version
 
+from fp4graph import cli
 from fp4graph.model import config
 from fp4graph.model.stacks import load
 from fp4graph.wheels import kernels
-from fp4graph.wheels.kernels import targets
+from fp4graph.wheels.kernels import targets, toolchain
 from fp4graph.wheels.kernels.targets import Arch, KernelsError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -82,3 +83,33 @@ def test_every_sglang_stack_has_default_kinds_and_the_074_stack_is_refused() -> 
 def test_a_stack_without_defaults_asks_for_modules() -> None:
     with pytest.raises(KernelsError, match="name the modules with --modules"):
         targets.default_kinds("0.5.99", "sglang-0.5.99")
+
+
+def test_no_nvcc_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", tmp_path / "no-toolkit")
+    with pytest.raises(KernelsError, match=r"no nvcc: not on PATH, no CUDA_HOME.*nvcc >= 12\.8"):
+        toolchain.find_cuda_home({"PATH": str(tmp_path)})
+    with pytest.raises(KernelsError, match=r"CUDA_HOME=.*: no bin/nvcc there"):
+        toolchain.find_cuda_home({"CUDA_HOME": str(tmp_path)})
+
+
+def test_an_nvcc_older_than_sm12x_needs_is_refused(tmp_path: pathlib.Path) -> None:
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
+    nvcc.chmod(0o755)
+    assert toolchain.find_cuda_home({"CUDA_HOME": str(tmp_path)}) == tmp_path
+    with pytest.raises(KernelsError, match=r"is CUDA 12\.4; SM12x kernels need nvcc >= 12\.8"):
+        toolchain.nvcc_version(tmp_path)
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["--arch", "9.0a"], "KernelsError: arch '9.0a' is not an SM12x target"),
+    (["--modules", "quantization,fused_moe"], "KernelsError: unknown module kind(s) 'fused_moe'"),
+    (["flashinfer-0.7.4"], "KernelsError: stack 'flashinfer-0.7.4': flashinfer-python 0.7.4 loads prebuilt"),
+])
+def test_the_command_says_what_is_wrong(argv: list[str], error: str, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(REPO)
+    assert cli.main(["kernels", *argv]) == 2
+    assert capsys.readouterr().err.startswith(error)
