@@ -116,6 +116,23 @@ def wheels(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def kernels(session: nox.Session) -> None:
+    """Prebuilt FlashInfer fp4 modules for SM12x (nvcc): one flashinfer-jit-cache wheel per arch
+    into wheels/. Usage: nox -s kernels -- [STACK] [--arch 12.0a,12.1a] [--modules KIND,...]
+    [--jobs N] [--export DIR | --import DIR]"""
+    # FlashInfer's JIT imports torch (a CPU build does: the modules do not link it).
+    session.install(TORCH)
+    session.install("-e", ".", TORCH)
+    args = list(session.posargs)
+    session.run("git", "rev-parse", "HEAD", external=True, success_codes=[0, 128])
+    if "--import" not in args:
+        requirements = pathlib.Path(session.create_tmp()) / "kernels-requirements.txt"
+        session.run("python", "-m", "fp4graph", "kernels", *args, "--requirements", str(requirements))
+        session.install("-r", str(requirements), TORCH)
+    session.run("python", "-m", "fp4graph", "kernels", *args)
+
+
+@nox.session(default=False)
 def publish(session: nox.Session) -> None:
     """Upload wheels/ to an index with twine; refuses to overwrite."""
     if not session.posargs:

@@ -39,6 +39,7 @@ PERMISSIONS = {
     "release": {"contents": "write"},  # gh release create
     "drift": {"contents": "read", "issues": "write"},  # the tracking issue
     "install": {"contents": "read"},
+    "kernels": {"contents": "read"},
 }
 
 # Every `run:` step is exactly one command of one of these kinds: installing nox, a nox
@@ -314,6 +315,19 @@ def test_install_runs_every_sglang_stack() -> None:
 def test_checks_caches_the_upstream_artifacts() -> None:
     uses = [s.get("uses", "") for _, s in steps(load(WORKFLOW_DIR / "checks.yml"))]
     assert any(u.startswith("actions/cache@") for u in uses)
+
+
+def test_kernels_publishes_only_the_kernels_wheels_from_a_configurable_runner() -> None:
+    """kernels.yml runs after release.yml has published the patched wheels: it uploads the
+    flashinfer-jit-cache wheels alone (publish refuses what the index has)."""
+    workflow = load(WORKFLOW_DIR / "kernels.yml")
+    (job,) = workflow["jobs"].values()
+    assert job["runs-on"][0] == "self-hosted"
+    assert "inputs.runner-label" in job["runs-on"][1] and "vars.FP4GRAPH_KERNELS_RUNNER_LABEL" in job["runs-on"][1]
+    runs = [c for _, step in steps(workflow) for c in commands(step.get("run", ""))]
+    (publish,) = [c for c in runs if nox_argv(c) and "publish" in nox_sessions(nox_argv(c) or [])]
+    assert publish[-2:] == ["--project", "flashinfer-jit-cache"], publish
+    assert any(nox_argv(c) and nox_sessions(nox_argv(c) or []) == ["kernels"] for c in runs)
 
 
 def test_gpu_runner_label_is_configurable() -> None:

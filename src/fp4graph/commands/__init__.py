@@ -20,6 +20,7 @@ from . import (
     fetch,
     install,
     integration,
+    kernels,
     lint,
     lock,
     pin,
@@ -47,7 +48,7 @@ class Command(Protocol):
 
 # In the order ``--help`` lists them.
 COMMANDS: tuple[Command, ...] = (
-    wheels, lint, publish, pins, fetch, tree, upstream, drift, pin, rebase, refresh, suites, integration,
+    wheels, kernels, lint, publish, pins, fetch, tree, upstream, drift, pin, rebase, refresh, suites, integration,
     install, lock, deps,
 )
 

@@ -10,7 +10,11 @@ The file (``nox -s wheels`` writes it beside the wheels and the index)::
                                      "version": "0.5.9+fp4graph.4", "upstream_files": [...],
                                      "series": {"path", "sha256", "patches": [...]} or null,
                                      "wheels": [{"filename", "sha256", "upstream_filename",
-                                                 "upstream_sha256"}]}}}
+                                                 "upstream_sha256"}]}},
+     "kernels": [{"filename", "sha256", "version": "0.6.3+cu130.fp4graph.4.sm120a",
+                  "flashinfer": "flashinfer-python==0.6.3+fp4graph.4", "flashinfer_sha256",
+                  "arch": "12.0a", "cuda": "13.0", "modules": [{"kind", "name", "sha256"}],
+                  "toolchain": {...}}]}
 
 A pin is written ``project==version`` and read as a :class:`Pin` with a parsed
 :class:`~packaging.version.Version`: its series revision is the ``N`` of the local label
@@ -160,16 +164,55 @@ class BuiltStack:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class KernelModule:
+    """One prebuilt FlashInfer JIT module of a kernels wheel."""
+
+    kind: str  # the flashinfer.fp4_warmup kind (or "probe", fp4graph's CI module)
+    name: str  # the JIT module name: flashinfer_jit_cache/jit_cache/<name>/<name>.so
+    sha256: str  # of the .so
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class BuiltKernels:
+    """A flashinfer-jit-cache wheel of prebuilt fp4 modules for one SM12x arch
+    (``nox -s kernels``), built from a patched flashinfer of this manifest."""
+
+    filename: str
+    sha256: str
+    version: Version  # 0.6.3+cu130.fp4graph.4.sm120a
+    flashinfer: Pin  # the patched flashinfer-python it was built from (and loads beside)
+    flashinfer_sha256: str  # of that patched wheel
+    arch: str  # as FLASHINFER_CUDA_ARCH_LIST spells it: 12.0a
+    cuda: str  # the nvcc release: 13.0
+    modules: tuple[KernelModule, ...]
+    toolchain: Mapping[str, str]  # what else decides the bytes (nvcc, c++, tvm-ffi, ...)
+
+    @property
+    def pin(self) -> Pin:
+        return Pin(project=KERNELS_PROJECT, version=self.version)
+
+
+KERNELS_PROJECT = "flashinfer-jit-cache"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Manifest:
     fp4graph: str  # the engine version that wrote it
     stacks: tuple[BuiltStack, ...]
     artifacts: Mapping[str, BuiltArtifact]
     format: int = FORMAT
+    # The kernels wheels beside the stacks' wheels (nox -s kernels), by filename.
+    kernels: tuple[BuiltKernels, ...] = ()
     # Where it was read from (for messages); not written.
     path: pathlib.Path | None = dataclasses.field(default=None, compare=False, metadata={"json": False})
 
     def find(self, name: str) -> BuiltStack | None:
         return next((s for s in self.stacks if s.name == name), None)
+
+    def kernels_of(self, stack: str, arch: str | None = None) -> tuple[BuiltKernels, ...]:
+        """The kernels wheels built from ``stack``'s flashinfer pin (for ``arch`` only, when given)."""
+        pin = self.stack(stack).pin("flashinfer-python")
+        return tuple(k for k in self.kernels if k.flashinfer == pin and arch in (None, k.arch))
 
     def stack(self, name: str) -> BuiltStack:
         found = self.find(name)

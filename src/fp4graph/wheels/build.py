@@ -7,6 +7,7 @@ place at the end, so a failed or interrupted build leaves ``wheels/`` as it was.
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import hashlib
 import importlib.metadata
 import pathlib
@@ -24,9 +25,11 @@ from ..model.files import atomic_directory, recover
 from ..model.log import log
 from ..model.manifest import (
     BuiltArtifact,
+    BuiltKernels,
     BuiltStack,
     BuiltWheel,
     Manifest,
+    ManifestError,
     PatchRecord,
     Pin,
     PublishedLock,
@@ -171,11 +174,22 @@ def built_pins(wheels_dir: pathlib.Path, stack: str) -> list[str]:
     return [p.requirement for p in manifest.read_built(wheels_dir).stack(stack).pins]
 
 
-def pins(settings: Settings, stack: str, *, project: str | None = None, torch: bool = False) -> tuple[Pin, ...]:
+def pins(
+    settings: Settings, stack: str, *, project: str | None = None, torch: bool = False, kernels: str | None = None
+) -> tuple[Pin, ...]:
     """The exact pins of ``stack`` as built (only ``project``'s, when given), and with
-    ``torch`` the stack's torch pin from patches/stacks.toml (when it has one)."""
-    found = tuple(p for p in manifest.read_built(settings.wheels_dir).stack(stack).pins
-                  if project is None or p.project == project)
+    ``torch`` the stack's torch pin from patches/stacks.toml (when it has one); with
+    ``kernels`` (an arch, ``12.0a``) the flashinfer-jit-cache wheel ``nox -s kernels`` built
+    for it."""
+    built = manifest.read_built(settings.wheels_dir)
+    found = tuple(p for p in built.stack(stack).pins if project is None or p.project == project)
+    if kernels is not None:
+        matches = built.kernels_of(stack, kernels)
+        if len(matches) != 1:
+            have = ", ".join(k.filename for k in built.kernels_of(stack)) or "none"
+            raise ManifestError(f"{built.path}: {len(matches)} kernels wheels of {stack} for {kernels} "
+                                f"(built: {have}); build it with `nox -s kernels -- {stack} --arch {kernels}`")
+        found = (*found, matches[0].pin)
     version = load(settings.stacks_file).stack(stack).torch if torch else None
     return (*found, Pin(project="torch", version=Version(version))) if version else found
 
@@ -214,12 +228,35 @@ def build(settings: Settings, stack_names: Sequence[str] | None = None) -> Manif
             shutil.copy2(readme, staging / "README.md")
         if reports.is_dir():
             shutil.copytree(reports, staging / "reports", symlinks=True)
+        kernels = _carry_kernels(wheels_dir, staging, built)
         write_metadata_files(staging)
         write_index(staging)
         published = _publish_locks(settings, names, staging)
         sums = [f"{w.sha256}  {w.filename}\n" for ws in built.values() for w in ws]
         sums += [f"{lock.sha256}  {lock.path}\n" for lock in published.values()]
+        sums += [f"{k.sha256}  {k.filename}\n" for k in kernels]
         (staging / "SHA256SUMS").write_text("".join(sorted(sums, key=lambda s: s[66:])))
-        written = _manifest(catalog, names, series_of, built, published)
+        written = dataclasses.replace(_manifest(catalog, names, series_of, built, published), kernels=kernels)
         manifest.write(staging / manifest.FILENAME, written)
     return written
+
+
+def _carry_kernels(
+    wheels_dir: pathlib.Path, staging: pathlib.Path, built: dict[str, list[BuiltWheel]]
+) -> tuple[BuiltKernels, ...]:
+    """The kernels wheels (``nox -s kernels``) of the previous build that were built from a
+    flashinfer wheel this build made again, byte for byte: copied into ``staging``."""
+    try:
+        previous = manifest.read_built(wheels_dir)
+    except ManifestError:
+        return ()
+    rebuilt = {w.sha256 for ws in built.values() for w in ws}
+    kept = []
+    for kernels in previous.kernels:
+        source = wheels_dir / kernels.filename
+        if kernels.flashinfer_sha256 in rebuilt and source.exists() and sha256_of(source) == kernels.sha256:
+            shutil.copyfile(source, staging / kernels.filename)
+            kept.append(kernels)
+        else:
+            log(f"drop {kernels.filename}: its {kernels.flashinfer.requirement} was not built again as it was")
+    return tuple(kept)

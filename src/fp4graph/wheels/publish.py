@@ -6,8 +6,9 @@ import os
 import pathlib
 import subprocess
 import sys
+from collections.abc import Sequence
 
-from packaging.utils import parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from ..model.errors import PublishError
 from ..model.log import log
@@ -35,9 +36,18 @@ def published_already(wheels: list[pathlib.Path], simple_url: str) -> list[str]:
     return present
 
 
-def publish(wheels_dir: pathlib.Path, repository_url: str, simple_url: str | None = None) -> list[str]:
-    """Upload every wheel in ``wheels_dir``; refuse if any is on the index already."""
-    wheels = sorted(wheels_dir.glob("*.whl"))
+def publish(
+    wheels_dir: pathlib.Path, repository_url: str, simple_url: str | None = None, projects: Sequence[str] = ()
+) -> list[str]:
+    """Upload every wheel in ``wheels_dir`` (only those of ``projects``, when given: e.g. the
+    flashinfer-jit-cache wheels of a later ``nox -s kernels``); refuse if any is on the
+    index already."""
+    wanted = {canonicalize_name(p) for p in projects}
+    wheels = [w for w in sorted(wheels_dir.glob("*.whl"))
+              if not wanted or canonicalize_name(parse_wheel_filename(w.name)[0]) in wanted]
+    if not wheels and wanted:
+        raise PublishError(f"{wheels_dir}: no wheels of {', '.join(sorted(wanted))} to publish; build them "
+                           "first (`nox -s wheels`; flashinfer-jit-cache: `nox -s kernels`)")
     if not wheels:
         raise PublishError(f"{wheels_dir}: no wheels to publish; run `nox -s wheels` first")
     simple = simple_url or default_simple_url(repository_url)
