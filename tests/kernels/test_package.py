@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import zipfile
@@ -167,6 +168,7 @@ def test_an_export_in_parts_imports_to_the_same_wheel(
     builds = [ArchBuild(arch=SM120, modules=(module,), unfinished=(), log=None)]
     written = exchange.export(tmp_path / "out", builds, provenance, part_size=64 * 1024)
     parts = [p for p in written if ".tar.xz." in p.name]
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+", p.name) for p in written), written
     assert len(parts) > 1 and all(p.stat().st_size <= 64 * 1024 for p in parts)
     options = kernels.KernelOptions(stack=STACK, archs=(SM120,), kinds=("quantization",),
                                     import_dirs=(tmp_path / "out",))

@@ -3,7 +3,7 @@
 ``export`` writes, per arch, one xz-compressed tar of the modules and their record
 (``record.json``: what they were built from and with, and how long each took), split into
 parts of at most ``part_size`` bytes (a machine that sends back few small files), plus
-``kernels-<version>-<arch>.json`` naming the parts and their sha256.  ``load`` joins and
+``kernels-<version, + as _>-<arch>.json`` naming the parts and their sha256.  ``load`` joins and
 checks the parts, unpacks the tar (``filter="data"``) and checks each module against the
 record; packaging them (:mod:`.package`) is then the same as after a local build.  The
 tar is deterministic (sorted members, fixed owner, modes and times), so equal builds
@@ -71,7 +71,9 @@ def export(dest: pathlib.Path, builds: Iterable[ArchBuild], provenance: Provenan
     written: list[pathlib.Path] = []
     version = provenance.flashinfer.partition("==")[2]
     for build in builds:
-        stem = f"kernels-{version}-{build.arch}"
+        # Letters, digits, '.', '_' and '-' only (the version's '+' as a wheel's file name
+        # writes it): a machine that sends files back may drop any other name.
+        stem = f"kernels-{version.replace('+', '_')}-{build.arch}"
         record = {
             "format": FORMAT,
             **dataclasses.asdict(provenance),
