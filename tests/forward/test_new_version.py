@@ -1,4 +1,4 @@
-"""README "Adding a new upstream version", end to end, through ``python -m fp4graph``.
+"""docs/adding-a-release.md, end to end, through ``python -m fp4graph``.
 
 On fixture artifacts served by a local PEP 691 index (tests/harness/releases.py): sglang 9.0.0
 has a two-patch series; sglang 9.1.0 changed the function the second patch touches.

@@ -11,7 +11,7 @@ What it shows, in about a minute of nvcc on 2 cores:
   ``ninja`` there that would record any call; without the wheel the same call goes to
   ninja (the control: the check can fail).
 
-The fp4 modules themselves take minutes each (README "Zero-JIT first starts"): they are
+The fp4 modules themselves take minutes each (docs/installing.md, "Zero-JIT first starts"): they are
 built by ``nox -s kernels`` where the cores are, and loaded by test_fp4_modules.py.  A
 machine without nvcc skips this file, except under CI=true, where it fails.
 """

@@ -142,7 +142,7 @@ FLASHINFER = Project(
     layout=Layout(""),
     version_file="flashinfer/_build_meta.py",
     source_commit=("flashinfer/_build_meta.py", re.compile(r'^__git_version__ = "([0-9a-f]{40})"$', re.M)),
-    # What the README promises for every flashinfer series ("What the series cover").
+    # What docs/coverage.md promises for every flashinfer series.
     required_topics=(
         RequiredTopic(name="cuda-version", why="runtime checks read torch.version.cuda, not nvcc"),
         RequiredTopic(name="fp4-quantize-ops", why="the fp4 quantize entry points trace as ops"),
