@@ -101,7 +101,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The CPU suite: engine, SM120 simulation of the series, ci/ definitions."""
+    """The CPU suite: engine, SM120 simulation of the series, pipelines/ definitions."""
     _install_test_env(session)
     session.run("git", "rev-parse", "HEAD", external=True, success_codes=[0, 128])
     session.run("pytest", *PARALLEL, "--durations=30", "-m", "not gpu and not sm120",

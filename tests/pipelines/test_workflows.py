@@ -1,4 +1,4 @@
-"""The GitHub Actions workflows under ci/github/ that users copy into .github/workflows/.
+"""The GitHub Actions workflows under pipelines/github/ that users copy into .github/workflows/.
 
 Each workflow must validate against GitHub's workflow schema, hand every piece of work to
 a nox session that the repository's noxfile defines, use only the four allowed actions
@@ -20,7 +20,7 @@ import pytest
 from ruamel.yaml import YAML
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-WORKFLOW_DIR = REPO / "ci" / "github"
+WORKFLOW_DIR = REPO / "pipelines" / "github"
 WORKFLOWS = sorted(WORKFLOW_DIR.glob("*.yml"))
 
 ALLOWED_ACTIONS = {
@@ -44,7 +44,7 @@ PERMISSIONS = {
 
 # Every `run:` step is exactly one command of one of these kinds: installing nox, a nox
 # call, or (release only) one GitHub CLI call on what nox wrote.
-BOOTSTRAP = ["python", "-m", "pip", "install", "-r", "ci/requirements.txt"]
+BOOTSTRAP = ["python", "-m", "pip", "install", "-r", "pipelines/requirements.txt"]
 GH_ALLOWED = {"release": ("release", "create")}
 
 # Options of nox that select sessions, and those that select by something else.
@@ -166,13 +166,13 @@ def nox_list() -> set[str]:
 
 
 def test_the_workflows_exist() -> None:
-    assert set(workflow_ids()) == set(PERMISSIONS), f"ci/github/ holds {workflow_ids()}"
+    assert set(workflow_ids()) == set(PERMISSIONS), f"pipelines/github/ holds {workflow_ids()}"
 
 
 def test_readme_documents_every_workflow() -> None:
-    readme = (REPO / "ci" / "README.md").read_text(encoding="utf-8")
-    missing = [p.name for p in WORKFLOWS if f"ci/github/{p.name}" not in readme]
-    assert not missing, f"ci/README.md does not describe {missing}"
+    readme = (REPO / "pipelines" / "README.md").read_text(encoding="utf-8")
+    missing = [p.name for p in WORKFLOWS if f"pipelines/github/{p.name}" not in readme]
+    assert not missing, f"pipelines/README.md does not describe {missing}"
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids())
