@@ -102,7 +102,8 @@ def world(checkout: Settings, tmp_path: pathlib.Path) -> dict[str, object]:
 def _prepare(checkout: Settings, world: dict[str, object], out: pathlib.Path, **kw: object) -> prseries.SeriesResult:
     return prseries.prepare_series(
         checkout, FI, out, repo=world["upstream"], series=str(world["series"]),
-        run_checks=False, python=sys.executable, **kw,  # type: ignore[arg-type]
+        # No simulated GPU: the fixture's tests import no torch, so neither do their runs.
+        run_checks=False, python=sys.executable, simulated_gpu=False, **kw,  # type: ignore[arg-type]
     )
 
 

@@ -18,6 +18,7 @@ Nothing is pushed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -158,13 +159,28 @@ def _cases(report: pathlib.Path) -> dict[str, str]:
     return cases
 
 
+@functools.cache
+def _torch_import_error(python: str) -> str | None:
+    """Why ``python`` cannot import torch (the end of its error), or None; asked once per
+    interpreter, as each answer costs a torch import."""
+    probe = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
+    return None if probe.returncode == 0 else probe.stderr.strip()[-300:]
+
+
+@functools.cache
+def _torch_sees_a_gpu(python: str) -> bool:
+    probe = subprocess.run([python, "-c", "import torch; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True)
+    return probe.stdout.strip() == "True"
+
+
 def run_tests(
     root: pathlib.Path, paths: Sequence[str], project: str, python: str, timeout: int,
     scratch: pathlib.Path, *, simulated_gpu: bool = False,
 ) -> list[TestFile]:
     """Each test file with pytest (or as a script), from ``root``; per-test outcomes."""
     entry = projects.get(project)
-    probe = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
+    torch_missing = _torch_import_error(python)
     runs = []
     for rel in paths:
         if not (root / rel).is_file():
@@ -178,9 +194,9 @@ def run_tests(
             cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin,
                    f"--junitxml={report}", rel]
         shown = f"pytest {rel}" if entry.tests_run_as == "pytest" else f"python {rel}"
-        if probe.returncode != 0:
+        if torch_missing is not None:
             runs.append(TestFile(path=rel, command=shown, outcome="not-run",
-                                 output=f"{python} has no torch: {probe.stderr.strip()[-300:]}"))
+                                 output=f"{python} has no torch: {torch_missing}"))
             continue
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(root / entry.test_pythonpath), os.environ.get("PYTHONPATH", "")]))
@@ -251,9 +267,7 @@ def prepare_series(
     """Build ``out`` (replacing it) from ``project``'s pull-request series on ``repo``;
     ``simulated_gpu`` None: simulated where ``python``'s torch sees no GPU."""
     if simulated_gpu is None:
-        probe = subprocess.run([python, "-c", "import torch; print(torch.cuda.is_available())"],
-                               capture_output=True, text=True)
-        simulated_gpu = probe.stdout.strip() != "True"
+        simulated_gpu = not _torch_sees_a_gpu(python)
     entry = pullrequests.find(settings.stacks_file, project, series)
     if entry is None:
         raise ConfigError(
