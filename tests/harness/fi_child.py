@@ -5,8 +5,11 @@ sys.path and calls :func:`main` with a JSON request; results come back as one JS
 line prefixed with ``RESULT:`` on stdout.  One child runs many cases: importing
 flashinfer and warming Dynamo up costs most of a child's time.
 
-Each case is ``(name, entry point, input builder, call)``.  Inputs are fake CUDA
-tensors (``FakeTensorMode``); the device is simulated by :mod:`fp4graph.verify.simulate`.
+The cases are a table, :data:`CASES` (and :data:`EAGER_ONLY_CASES`): one :class:`Row` each
+(name, the op it reaches, inputs, the call, the versions and GPUs that offer it); :func:`cases`
+binds them to the imported flashinfer as ``(name, entry point, input builder, call)``.  Inputs
+are fake CUDA tensors (``FakeTensorMode``); the device is simulated by
+:mod:`fp4graph.verify.simulate`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 import traceback
 import types
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -50,211 +54,203 @@ def meta(t: Any) -> Any:
 
 
 Case = tuple[str, str, Callable[[], tuple], Callable[..., Any]]
+# A case's condition: does this flashinfer module, on a GPU of this capability, offer it?
+Available = Callable[[Any, tuple[int, int]], bool]
+
+
+# --- the case table ------------------------------------------------------------------
+#
+# Every row must trace fullgraph to the flashinfer op named by its entry, export strict and
+# non-strict, pass opcheck, and its eager path's output metadata must equal the op's fake
+# (tests/flashinfer/test_fp4_ops.py; EAGER_ONLY_CASES run eagerly only).
+
+
+def always(fi: Any, capability: tuple[int, int]) -> bool:
+    return True
+
+
+def has_parameter(function: str, parameter: str) -> Available:
+    """Versions whose ``flashinfer.<function>`` takes ``parameter``."""
+    return lambda fi, capability: _has_param(getattr(fi, function), parameter)
+
+
+def sm10x(fi: Any, capability: tuple[int, int]) -> bool:
+    return capability[0] == 10
+
+
+def sm10x_mm_fp4_cute_dsl(fi: Any, capability: tuple[int, int]) -> bool:
+    """0.6.7+, SM100/103 only."""
+    return capability[0] == 10 and fi.mm_fp4.has_backend("cute-dsl")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """An argument that is ``flashinfer.SfLayout.<name>``."""
+
+    name: str
+
+
+class Args:
+    """What a case passes after its inputs: ``function(*inputs, *args, **kwargs)``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args, self.kwargs = args, kwargs
+
+    def call(self, fi: Any, function: str) -> Callable[..., Any]:
+        fn = getattr(fi, function)
+        args = tuple(
+            getattr(fi.SfLayout, a.name) if isinstance(a, Layout) else a for a in self.args
+        )
+        kwargs = self.kwargs
+        return lambda *inputs: fn(*inputs, *args, **kwargs)
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str  # the key of the case's results
+    entry: str  # the flashinfer op it must reach
+    inputs: Callable[[], tuple]  # builds the inputs, under FakeTensorMode
+    args: Args = Args()  # the arguments after them
+    available: Available = always
+    function: str = ""  # the public function called, if not flashinfer.<entry>
+
+    def case(self, fi: Any) -> Case:
+        return (self.name, self.entry, self.inputs, self.args.call(fi, self.function or self.entry))
+
+
+def x_and_scale(*shape: int, dtype: torch.dtype = BF16) -> Callable[[], tuple]:
+    return lambda: (cuda(*shape, dtype=dtype), gscale())
+
+
+def col_major_and_scale(m: int, k: int) -> Callable[[], tuple]:
+    return lambda: (col_major(m, k), gscale())
+
+
+def tensor(*shape: int, dtype: torch.dtype = BF16) -> Callable[[], tuple]:
+    return lambda: (cuda(*shape, dtype=dtype),)
+
+
+def grouped(groups: int, m: int, k: int) -> Callable[[], tuple]:
+    """Activations, per-group row counts and global scales."""
+    return lambda: (
+        cuda(groups, m, k),
+        cuda(groups, dtype=torch.int32),
+        cuda(groups, dtype=torch.float32),
+    )
+
+
+def mm_inputs(m: int = 48, n: int = 256, k: int = 256) -> tuple:
+    """mm_fp4: a (m, k/2) row-major, b (k/2, n) column-major (b_fp4.T), scales likewise."""
+    u8 = torch.uint8
+    a = cuda(m, k // 2, dtype=u8)
+    b = cuda(n, k // 2, dtype=u8).t()
+    a_sf = cuda(_pad(m, 128), k // 16, dtype=u8)
+    b_sf = cuda(n, k // 16, dtype=u8).t()
+    alpha = cuda(1, dtype=torch.float32)
+    return a, b, a_sf, b_sf, alpha
+
+
+U8 = torch.uint8
+F16 = torch.float16
+Q = "fp4_quantize"
+NQ = "nvfp4_quantize"
+BSI = "block_scale_interleave"
+MM = "mm_fp4"
+
+# Every fp4 entry point and layout (public API only), in the order they run.
+CASES: tuple[Row, ...] = (
+    # fp4_quantize(x, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout, ...)
+    Row("fp4_quantize-128x4-sf16", Q, x_and_scale(128, 256)),
+    Row("fp4_quantize-m37-128x4", Q, x_and_scale(37, 512)),
+    Row("fp4_quantize-8x4", Q, x_and_scale(40, 256), Args(16, False, True, True)),
+    Row("fp4_quantize-linear", Q, x_and_scale(40, 256), Args(16, False, False)),
+    Row("fp4_quantize-sf32-ue8m0", Q, x_and_scale(64, 512), Args(32, True, True)),
+    Row("fp4_quantize-fp16-pdl", Q, x_and_scale(64, 256, dtype=F16), Args(enable_pdl=True)),
+    Row("fp4_quantize-colmajor", Q, col_major_and_scale(256, 128)),
+    Row("fp4_quantize-colmajor-linear", Q, col_major_and_scale(256, 128), Args(16, False, False)),
+    Row("fp4_quantize-3d", Q, x_and_scale(4, 64, 256)),
+    Row("fp4_quantize-3d-linear", Q, x_and_scale(4, 64, 256), Args(16, False, False)),
+    Row("fp4_quantize-no-global-scale", Q, tensor(128, 256)),
+    # 0.6.8+: backend="cuda" (default) | "cute-dsl"
+    Row(
+        "fp4_quantize-backend-cuda",
+        Q,
+        x_and_scale(37, 512),
+        Args(backend="cuda"),
+        has_parameter(Q, "backend"),
+    ),
+    Row("nvfp4_quantize-128x4", NQ, x_and_scale(100, 256), Args(Layout("layout_128x4"))),
+    Row("nvfp4_quantize-8x4", NQ, x_and_scale(100, 256), Args(Layout("layout_8x4"))),
+    Row("nvfp4_quantize-linear", NQ, x_and_scale(100, 256), Args(Layout("layout_linear"))),
+    Row(
+        "nvfp4_quantize-shuffle",
+        NQ,
+        x_and_scale(256, 256),
+        Args(Layout("layout_128x4"), do_shuffle=True),
+    ),
+    Row("mxfp4_quantize", "mxfp4_quantize", tensor(128, 512)),
+    Row(
+        "mxfp4_quantize-backend-cuda",
+        "mxfp4_quantize",
+        tensor(100, 512),
+        Args(backend="cuda"),
+        has_parameter("mxfp4_quantize", "backend"),  # 0.6.7+
+    ),
+    Row("block_scale_interleave-2d", BSI, tensor(100, 20, dtype=U8)),
+    Row("block_scale_interleave-3d", BSI, tensor(4, 100, 20, dtype=U8)),
+    Row("block_scale_interleave-bf16", BSI, tensor(128, 16, dtype=BF16)),
+    Row(
+        "nvfp4_block_scale_interleave",
+        BSI,
+        tensor(256, 16, dtype=U8),
+        function="nvfp4_block_scale_interleave",
+    ),
+    Row("nvfp4_batched_quantize", "nvfp4_batched_quantize", x_and_scale(4, 100, 256)),
+    Row("scaled_fp4_grouped_quantize", "scaled_fp4_grouped_quantize", grouped(4, 100, 256)),
+    Row(
+        "silu_and_mul_scaled_nvfp4_experts_quantize",
+        "silu_and_mul_scaled_nvfp4_experts_quantize",
+        grouped(4, 100, 512),
+    ),
+    # mm_fp4(a, b, a_descale, b_descale, alpha, out_dtype, ..., backend=)
+    Row("mm_fp4-cutlass", MM, mm_inputs, Args(BF16, backend="cutlass")),
+    Row("mm_fp4-cudnn", MM, mm_inputs, Args(BF16, backend="cudnn")),
+    Row("mm_fp4-auto", MM, mm_inputs, Args(BF16, backend="auto")),
+    Row("mm_fp4-trtllm", MM, mm_inputs, Args(BF16, backend="trtllm"), sm10x),
+    Row("mm_fp4-cute-dsl", MM, mm_inputs, Args(BF16, backend="cute-dsl"), sm10x_mm_fp4_cute_dsl),
+    Row("mm_fp4-cutlass-fp16", MM, mm_inputs, Args(F16, backend="cutlass")),
+    Row(
+        "mm_fp4-cutlass-nopdl",
+        MM,
+        mm_inputs,
+        Args(BF16, backend="cutlass", enable_pdl=False),
+        has_parameter(MM, "enable_pdl"),  # 0.6.7+
+    ),
+)
+
+# Layouts whose eager behaviour is an error in some versions (0.6.3's reshape).
+EAGER_ONLY_CASES: tuple[Row, ...] = (
+    Row("fp4_quantize-k96-128x4", Q, x_and_scale(128, 96)),
+    Row("fp4_quantize-k96-linear", Q, x_and_scale(128, 96), Args(16, False, False)),
+    Row("fp4_quantize-k160-sf32", Q, x_and_scale(8, 160), Args(32, True, True)),
+    Row("fp4_quantize-sf8-invalid", Q, x_and_scale(8, 160), Args(8)),
+)
+
+
+def _bind(rows: tuple[Row, ...], capability: tuple[int, int]) -> list[Case]:
+    import flashinfer as fi
+
+    return [row.case(fi) for row in rows if row.available(fi, capability)]
 
 
 def cases(version: str, capability: tuple[int, int]) -> list[Case]:
-    """Every fp4 entry point and layout this version offers (public API only)."""
-    import flashinfer as fi
+    """The rows of :data:`CASES` this version offers on this GPU."""
+    return _bind(CASES, capability)
 
-    out: list[Case] = []
 
-    def add(name: str, entry: str, build: Callable[[], tuple], call: Callable[..., Any]) -> None:
-        out.append((name, entry, build, call))
-
-    q = fi.fp4_quantize
-    add(
-        "fp4_quantize-128x4-sf16",
-        "fp4_quantize",
-        lambda: (cuda(128, 256), gscale()),
-        lambda x, g: q(x, g),
-    )
-    add(
-        "fp4_quantize-m37-128x4",
-        "fp4_quantize",
-        lambda: (cuda(37, 512), gscale()),
-        lambda x, g: q(x, g),
-    )
-    add(
-        "fp4_quantize-8x4",
-        "fp4_quantize",
-        lambda: (cuda(40, 256), gscale()),
-        lambda x, g: q(x, g, 16, False, True, True),
-    )
-    add(
-        "fp4_quantize-linear",
-        "fp4_quantize",
-        lambda: (cuda(40, 256), gscale()),
-        lambda x, g: q(x, g, 16, False, False),
-    )
-    add(
-        "fp4_quantize-sf32-ue8m0",
-        "fp4_quantize",
-        lambda: (cuda(64, 512), gscale()),
-        lambda x, g: q(x, g, 32, True, True),
-    )
-    add(
-        "fp4_quantize-fp16-pdl",
-        "fp4_quantize",
-        lambda: (cuda(64, 256, dtype=torch.float16), gscale()),
-        lambda x, g: q(x, g, enable_pdl=True),
-    )
-    add(
-        "fp4_quantize-colmajor",
-        "fp4_quantize",
-        lambda: (col_major(256, 128), gscale()),
-        lambda x, g: q(x, g),
-    )
-    add(
-        "fp4_quantize-colmajor-linear",
-        "fp4_quantize",
-        lambda: (col_major(256, 128), gscale()),
-        lambda x, g: q(x, g, 16, False, False),
-    )
-    add(
-        "fp4_quantize-3d",
-        "fp4_quantize",
-        lambda: (cuda(4, 64, 256), gscale()),
-        lambda x, g: q(x, g),
-    )
-    add(
-        "fp4_quantize-3d-linear",
-        "fp4_quantize",
-        lambda: (cuda(4, 64, 256), gscale()),
-        lambda x, g: q(x, g, 16, False, False),
-    )
-    add("fp4_quantize-no-global-scale", "fp4_quantize", lambda: (cuda(128, 256),), lambda x: q(x))
-    if _has_param(q, "backend"):  # 0.6.8+: backend="cuda" (default) | "cute-dsl"
-        add(
-            "fp4_quantize-backend-cuda",
-            "fp4_quantize",
-            lambda: (cuda(37, 512), gscale()),
-            lambda x, g: q(x, g, backend="cuda"),
-        )
-
-    nq = fi.nvfp4_quantize
-    L = fi.SfLayout
-    add(
-        "nvfp4_quantize-128x4",
-        "nvfp4_quantize",
-        lambda: (cuda(100, 256), gscale()),
-        lambda x, g: nq(x, g, L.layout_128x4),
-    )
-    add(
-        "nvfp4_quantize-8x4",
-        "nvfp4_quantize",
-        lambda: (cuda(100, 256), gscale()),
-        lambda x, g: nq(x, g, L.layout_8x4),
-    )
-    add(
-        "nvfp4_quantize-linear",
-        "nvfp4_quantize",
-        lambda: (cuda(100, 256), gscale()),
-        lambda x, g: nq(x, g, L.layout_linear),
-    )
-    add(
-        "nvfp4_quantize-shuffle",
-        "nvfp4_quantize",
-        lambda: (cuda(256, 256), gscale()),
-        lambda x, g: nq(x, g, L.layout_128x4, do_shuffle=True),
-    )
-    add(
-        "mxfp4_quantize",
-        "mxfp4_quantize",
-        lambda: (cuda(128, 512),),
-        lambda x: fi.mxfp4_quantize(x),
-    )
-    if _has_param(fi.mxfp4_quantize, "backend"):  # 0.6.7+
-        add(
-            "mxfp4_quantize-backend-cuda",
-            "mxfp4_quantize",
-            lambda: (cuda(100, 512),),
-            lambda x: fi.mxfp4_quantize(x, backend="cuda"),
-        )
-
-    bsi = fi.block_scale_interleave
-    u8 = torch.uint8
-    add(
-        "block_scale_interleave-2d",
-        "block_scale_interleave",
-        lambda: (cuda(100, 20, dtype=u8),),
-        lambda s: bsi(s),
-    )
-    add(
-        "block_scale_interleave-3d",
-        "block_scale_interleave",
-        lambda: (cuda(4, 100, 20, dtype=u8),),
-        lambda s: bsi(s),
-    )
-    add(
-        "block_scale_interleave-bf16",
-        "block_scale_interleave",
-        lambda: (cuda(128, 16, dtype=BF16),),
-        lambda s: bsi(s),
-    )
-    add(
-        "nvfp4_block_scale_interleave",
-        "block_scale_interleave",
-        lambda: (cuda(256, 16, dtype=u8),),
-        lambda s: fi.nvfp4_block_scale_interleave(s),
-    )
-
-    add(
-        "nvfp4_batched_quantize",
-        "nvfp4_batched_quantize",
-        lambda: (cuda(4, 100, 256), gscale()),
-        lambda x, g: fi.nvfp4_batched_quantize(x, g),
-    )
-    i32 = torch.int32
-    add(
-        "scaled_fp4_grouped_quantize",
-        "scaled_fp4_grouped_quantize",
-        lambda: (cuda(4, 100, 256), cuda(4, dtype=i32), cuda(4, dtype=torch.float32)),
-        lambda x, m, g: fi.scaled_fp4_grouped_quantize(x, m, g),
-    )
-    add(
-        "silu_and_mul_scaled_nvfp4_experts_quantize",
-        "silu_and_mul_scaled_nvfp4_experts_quantize",
-        lambda: (cuda(4, 100, 512), cuda(4, dtype=i32), cuda(4, dtype=torch.float32)),
-        lambda x, m, g: fi.silu_and_mul_scaled_nvfp4_experts_quantize(x, m, g),
-    )
-
-    # mm_fp4: a (m, k/2) row-major, b (k/2, n) column-major (b_fp4.T), scales likewise.
-    def mm_inputs(m: int = 48, n: int = 256, k: int = 256) -> tuple:
-        a = cuda(m, k // 2, dtype=u8)
-        b = cuda(n, k // 2, dtype=u8).t()
-        a_sf = cuda(_pad(m, 128), k // 16, dtype=u8)
-        b_sf = cuda(n, k // 16, dtype=u8).t()
-        alpha = cuda(1, dtype=torch.float32)
-        return a, b, a_sf, b_sf, alpha
-
-    backends = ["cutlass", "cudnn", "auto"]
-    if capability[0] == 10:
-        backends.append("trtllm")
-        if fi.mm_fp4.has_backend("cute-dsl"):  # 0.6.7+, SM100/103 only
-            backends.append("cute-dsl")
-    for backend in backends:
-        add(
-            f"mm_fp4-{backend}",
-            "mm_fp4",
-            mm_inputs,
-            lambda a, b, sa, sb, al, be=backend: fi.mm_fp4(a, b, sa, sb, al, BF16, backend=be),
-        )
-    add(
-        "mm_fp4-cutlass-fp16",
-        "mm_fp4",
-        mm_inputs,
-        lambda a, b, sa, sb, al: fi.mm_fp4(a, b, sa, sb, al, torch.float16, backend="cutlass"),
-    )
-    if _has_param(fi.mm_fp4, "enable_pdl"):  # 0.6.7+
-        add(
-            "mm_fp4-cutlass-nopdl",
-            "mm_fp4",
-            mm_inputs,
-            lambda a, b, sa, sb, al: fi.mm_fp4(
-                a, b, sa, sb, al, BF16, backend="cutlass", enable_pdl=False
-            ),
-        )
-    return out
+def extra_eager_cases() -> list[Case]:
+    """The rows of :data:`EAGER_ONLY_CASES`."""
+    return _bind(EAGER_ONLY_CASES, CAPABILITY)
 
 
 def _has_param(fn: Callable[..., Any], name: str) -> bool:
@@ -567,38 +563,6 @@ def eager_all(version: str, only: list[str] | None) -> dict[str, Any]:
                 except Exception as e:
                     rec["fake_error"] = f"{type(e).__name__}: {str(e)[:200]}"
     return results
-
-
-def extra_eager_cases() -> list[Case]:
-    """Layouts whose eager behaviour is an error in some versions (0.6.3's reshape)."""
-    import flashinfer as fi
-
-    return [
-        (
-            "fp4_quantize-k96-128x4",
-            "fp4_quantize",
-            lambda: (cuda(128, 96), gscale()),
-            lambda x, g: fi.fp4_quantize(x, g),
-        ),
-        (
-            "fp4_quantize-k96-linear",
-            "fp4_quantize",
-            lambda: (cuda(128, 96), gscale()),
-            lambda x, g: fi.fp4_quantize(x, g, 16, False, False),
-        ),
-        (
-            "fp4_quantize-k160-sf32",
-            "fp4_quantize",
-            lambda: (cuda(8, 160), gscale()),
-            lambda x, g: fi.fp4_quantize(x, g, 32, True, True),
-        ),
-        (
-            "fp4_quantize-sf8-invalid",
-            "fp4_quantize",
-            lambda: (cuda(8, 160), gscale()),
-            lambda x, g: fi.fp4_quantize(x, g, 8),
-        ),
-    ]
 
 
 def has_op(entry: str) -> bool:

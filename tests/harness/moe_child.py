@@ -13,12 +13,14 @@ padded row count of the trtllm ``gemm2_output``) is rendered as ``"?"``.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import fi_child
 import torch
@@ -89,176 +91,245 @@ def swiglu_keyword(fn: Callable[..., Any]) -> dict[str, Any]:
     raise TypeError(f"{fn.__name__}{inspect.signature(fn)} names no activation parameter")
 
 
-def cases(version: str, capability: tuple[int, int]) -> list[Case]:
-    """(name, entry point, input builder, call) for every fused-MoE fp4 layout.
+# --- the case tables -------------------------------------------------------------------
+#
+# One Row per case: its name, the entry point it calls, the versions that have it, its
+# inputs, the call, and the expected outcome: ``raises`` is the first version whose eager
+# call raises (an error case: its name ends in "!", eager and the op's fake must raise
+# the same error, and it is not traced); otherwise the case must trace fullgraph to one
+# op whose fake equals the eager metadata (tests/flashinfer/test_fused_moe_ops.py).
 
-    Cases whose name ends in ``!`` are error cases: eager and the fake must raise
-    the same error; they are not traced.
-    """
-    from flashinfer.fused_moe import (
-        RoutingMethodType,
-        cutlass_fused_moe,
-        trtllm_fp4_block_scale_moe,
-        trtllm_fp4_block_scale_routed_moe,
+
+class EntryPoints(NamedTuple):
+    """What the calls are made of, imported when the cases are made (forward_all puts
+    recorders in their place first)."""
+
+    cutlass_fused_moe: Callable[..., Any]
+    trtllm_fp4_block_scale_moe: Callable[..., Any]
+    trtllm_fp4_block_scale_routed_moe: Callable[..., Any]
+    ActivationType: Any
+    RoutingMethodType: Any
+
+
+Bind = Callable[[EntryPoints], Callable[..., Any]]
+EVERY_VERSION = (0,)
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str  # the key of its results (without the "!" of an error case)
+    entry: str  # the public entry point called
+    inputs: Callable[[], tuple]  # builds the inputs, under FakeTensorMode
+    call: Bind  # makes the call from the entry points
+    since: tuple[int, ...] = EVERY_VERSION  # the first version that has the case
+    raises: tuple[int, ...] | None = None  # the first version whose eager call raises
+
+    def case(self, api: EntryPoints, version: tuple[int, ...]) -> Case:
+        error = self.raises is not None and version >= self.raises
+        return (self.name + ("!" if error else ""), self.entry, self.inputs, self.call(api))
+
+
+class Sizes(NamedTuple):
+    tokens: int
+    hidden: int
+    inter: int
+    experts: int
+    top_k: int
+
+
+# --- cutlass_fused_moe (SM100 / SM120) ---
+
+CUTLASS_SIZES = Sizes(tokens=24, hidden=256, inter=128, experts=8, top_k=2)
+
+
+def nvfp4_scales(gated: bool = True) -> list[torch.Tensor]:
+    T, H, inter, E, K = CUTLASS_SIZES
+    n1 = (2 if gated else 1) * inter
+    return [
+        cuda(1, dtype=F32),  # fc1 activation global scale
+        cuda(E, n1, H // 16 // 4, dtype=I32),  # fc1 weight block scales
+        cuda(E, dtype=F32),  # fc1 dequant
+        cuda(1, dtype=F32),  # fc2 activation global scale
+        cuda(E, H, inter // 16 // 4, dtype=I32),  # fc2 weight block scales
+        cuda(E, dtype=F32),  # fc2 dequant
+    ]
+
+
+def nvfp4_inputs(gated: bool = True, quantized_input: bool = True) -> tuple:
+    T, H, inter, E, K = CUTLASS_SIZES
+    n1 = (2 if gated else 1) * inter
+    x = cuda(T, H // 2, dtype=U8) if quantized_input else cuda(T, H)
+    x_sf = cuda(T * H // 16, dtype=U8) if quantized_input else None
+    return (
+        x,
+        cuda(T, K, dtype=I32),
+        cuda(T, K, dtype=F32),
+        cuda(E, n1, H // 2, dtype=U8).view(torch.long),
+        cuda(E, H, inter // 2, dtype=U8).view(torch.long),
+        nvfp4_scales(gated),
+        x_sf,
     )
 
-    # core's: 0.6.1 does not export it from flashinfer.fused_moe.
-    from flashinfer.fused_moe.core import ActivationType
 
-    out: list[Case] = []
+def nvfp4_inputs_and_output(cols: int) -> Callable[[], tuple]:
+    """nvfp4_inputs() and a (tokens, cols) bf16 output."""
+    return lambda: (*nvfp4_inputs(), cuda(CUTLASS_SIZES.tokens, cols))
 
-    def add(name: str, entry: str, build: Callable[[], tuple], call: Callable[..., Any]) -> None:
-        out.append((name, entry, build, call))
 
-    # --- cutlass_fused_moe (SM100 / SM120) ---
-    T, H, inter, E, K = 24, 256, 128, 8, 2
+def bf16_inputs() -> tuple:
+    """Unquantized activations and weights, fc1 biases."""
+    T, H, inter, E, K = CUTLASS_SIZES
+    return (
+        cuda(T, H),
+        cuda(T, K, dtype=I32),
+        cuda(T, K, dtype=F32),
+        cuda(E, 2 * inter, H),
+        cuda(E, H, inter),
+        cuda(E, 2 * inter, dtype=BF16),
+    )
 
-    def nvfp4_scales(gated: bool = True) -> list[torch.Tensor]:
-        n1 = (2 if gated else 1) * inter
-        return [
-            cuda(1, dtype=F32),  # fc1 activation global scale
-            cuda(E, n1, H // 16 // 4, dtype=I32),  # fc1 weight block scales
-            cuda(E, dtype=F32),  # fc1 dequant
-            cuda(1, dtype=F32),  # fc2 activation global scale
-            cuda(E, H, inter // 16 // 4, dtype=I32),  # fc2 weight block scales
-            cuda(E, dtype=F32),  # fc2 dequant
-        ]
 
-    def nvfp4_inputs(gated: bool = True, quantized_input: bool = True) -> tuple:
-        n1 = (2 if gated else 1) * inter
-        x = cuda(T, H // 2, dtype=U8) if quantized_input else cuda(T, H)
-        x_sf = cuda(T * H // 16, dtype=U8) if quantized_input else None
-        return (
-            x,
-            cuda(T, K, dtype=I32),
-            cuda(T, K, dtype=F32),
-            cuda(E, n1, H // 2, dtype=U8).view(torch.long),
-            cuda(E, H, inter // 2, dtype=U8).view(torch.long),
-            nvfp4_scales(gated),
-            x_sf,
+def cutlass_nvfp4(**kw: Any) -> Bind:
+    """``cutlass_fused_moe(x, ids, scales, w1, w2, BF16, quant_scales, input_sf=x_sf, **kw)``"""
+
+    def bind(api: EntryPoints) -> Callable[..., Any]:
+        cfm = api.cutlass_fused_moe
+        return lambda x, ids, sc, w1, w2, qs, xsf: cfm(
+            x, ids, sc, w1, w2, BF16, qs, input_sf=xsf, **kw
         )
 
-    cfm = cutlass_fused_moe
-    add(
-        "cutlass-nvfp4",
-        "cutlass_fused_moe",
-        nvfp4_inputs,
-        lambda x, ids, sc, w1, w2, qs, xsf: cfm(x, ids, sc, w1, w2, BF16, qs, input_sf=xsf),
+    return bind
+
+
+def cutlass_sglang_out(api: EntryPoints) -> Callable[..., Any]:
+    """SGLang's call (modelopt_quant.py): keywords, output=, enum activation, tune size."""
+    cfm = api.cutlass_fused_moe
+    return lambda x, ids, sc, w1, w2, qs, xsf, o: cfm(
+        output=o,
+        input=x,
+        token_selected_experts=ids,
+        token_final_scales=sc,
+        fc1_expert_weights=w1,
+        fc2_expert_weights=w2,
+        output_dtype=BF16,
+        input_sf=xsf,
+        quant_scales=qs,
+        ep_size=1,
+        ep_rank=0,
+        tp_size=1,
+        tp_rank=0,
+        tune_max_num_tokens=x.shape[0],
+        activation_type=api.ActivationType.Swiglu,
+        enable_alltoall=False,
     )
-    add(
-        "cutlass-nvfp4-out",
-        "cutlass_fused_moe",
-        lambda: (*nvfp4_inputs(), cuda(T, H)),
-        # SGLang's call (modelopt_quant.py): keywords, output=, enum activation, tune size.
-        lambda x, ids, sc, w1, w2, qs, xsf, o: cfm(
-            output=o,
-            input=x,
-            token_selected_experts=ids,
-            token_final_scales=sc,
-            fc1_expert_weights=w1,
-            fc2_expert_weights=w2,
-            output_dtype=BF16,
-            input_sf=xsf,
-            quant_scales=qs,
-            ep_size=1,
-            ep_rank=0,
-            tp_size=1,
-            tp_rank=0,
-            tune_max_num_tokens=x.shape[0],
-            activation_type=ActivationType.Swiglu,
-            enable_alltoall=False,
-        ),
+
+
+def cutlass_fp16_out_pdl(api: EntryPoints) -> Callable[..., Any]:
+    cfm = api.cutlass_fused_moe
+    return lambda x, ids, sc, w1, w2, qs, xsf: cfm(
+        x, ids, sc, w1, w2, torch.float16, qs, enable_pdl=True
     )
-    add(
+
+
+def cutlass_relu2_ep(api: EntryPoints) -> Callable[..., Any]:
+    cfm = api.cutlass_fused_moe
+    return lambda x, ids, sc, w1, w2, qs, xsf: cfm(
+        x,
+        ids,
+        sc,
+        w1,
+        w2,
+        BF16,
+        qs,
+        input_sf=xsf,
+        ep_size=2,
+        ep_rank=1,
+        tp_size=2,
+        tp_rank=1,
+        activation_type=api.ActivationType.Relu2,
+    )
+
+
+def cutlass_bf16_biases(api: EntryPoints) -> Callable[..., Any]:
+    cfm = api.cutlass_fused_moe
+    return lambda x, ids, sc, w1, w2, b1: cfm(
+        x, ids, sc, w1, w2, BF16, None, fc1_expert_biases=b1, activation_type=3
+    )
+
+
+def cutlass_nvfp4_output(api: EntryPoints) -> Callable[..., Any]:
+    cfm = api.cutlass_fused_moe
+    return lambda x, ids, sc, w1, w2, qs, xsf, o: cfm(
+        x, ids, sc, w1, w2, BF16, qs, input_sf=xsf, output=o
+    )
+
+
+CFM = "cutlass_fused_moe"
+CUTLASS_H = CUTLASS_SIZES.hidden
+CUTLASS_CASES: tuple[Row, ...] = (
+    Row("cutlass-nvfp4", CFM, nvfp4_inputs, cutlass_nvfp4()),
+    Row("cutlass-nvfp4-out", CFM, nvfp4_inputs_and_output(CUTLASS_H), cutlass_sglang_out),
+    Row(
         "cutlass-nvfp4-bf16-input-fp16-out",
-        "cutlass_fused_moe",
+        CFM,
         lambda: nvfp4_inputs(quantized_input=False),
-        lambda x, ids, sc, w1, w2, qs, xsf: cfm(
-            x, ids, sc, w1, w2, torch.float16, qs, enable_pdl=True
-        ),
-    )
-    add(
-        "cutlass-nvfp4-relu2-ep",
-        "cutlass_fused_moe",
-        lambda: nvfp4_inputs(gated=False),
-        lambda x, ids, sc, w1, w2, qs, xsf: cfm(
-            x,
-            ids,
-            sc,
-            w1,
-            w2,
-            BF16,
-            qs,
-            input_sf=xsf,
-            ep_size=2,
-            ep_rank=1,
-            tp_size=2,
-            tp_rank=1,
-            activation_type=ActivationType.Relu2,
-        ),
-    )
-    add(
-        "cutlass-bf16-no-quant-scales",
-        "cutlass_fused_moe",
-        lambda: (
-            cuda(T, H),
-            cuda(T, K, dtype=I32),
-            cuda(T, K, dtype=F32),
-            cuda(E, 2 * inter, H),
-            cuda(E, H, inter),
-            cuda(E, 2 * inter, dtype=BF16),
-        ),
-        lambda x, ids, sc, w1, w2, b1: cfm(
-            x, ids, sc, w1, w2, BF16, None, fc1_expert_biases=b1, activation_type=3
-        ),
-    )
-    add(
-        "cutlass-min-latency!",
-        "cutlass_fused_moe",
+        cutlass_fp16_out_pdl,
+    ),
+    Row("cutlass-nvfp4-relu2-ep", CFM, lambda: nvfp4_inputs(gated=False), cutlass_relu2_ep),
+    Row("cutlass-bf16-no-quant-scales", CFM, bf16_inputs, cutlass_bf16_biases),
+    Row(
+        "cutlass-min-latency",
+        CFM,
         nvfp4_inputs,
-        lambda x, ids, sc, w1, w2, qs, xsf: cfm(
-            x, ids, sc, w1, w2, BF16, qs, input_sf=xsf, min_latency_mode=True
-        ),
-    )
-    add(
-        "cutlass-out-wrong-shape!",
-        "cutlass_fused_moe",
-        lambda: (*nvfp4_inputs(), cuda(T, H // 2)),
-        lambda x, ids, sc, w1, w2, qs, xsf, o: cfm(
-            x, ids, sc, w1, w2, BF16, qs, input_sf=xsf, output=o
-        ),
-    )
-    add(
-        "cutlass-deepseek-fp8-block-scale!",
-        "cutlass_fused_moe",
+        cutlass_nvfp4(min_latency_mode=True),
+        raises=EVERY_VERSION,
+    ),
+    Row(
+        "cutlass-out-wrong-shape",
+        CFM,
+        nvfp4_inputs_and_output(CUTLASS_H // 2),
+        cutlass_nvfp4_output,
+        raises=EVERY_VERSION,
+    ),
+    Row(
+        "cutlass-deepseek-fp8-block-scale",
+        CFM,
         nvfp4_inputs,
-        lambda x, ids, sc, w1, w2, qs, xsf: cfm(
-            x, ids, sc, w1, w2, BF16, qs, input_sf=xsf, use_deepseek_fp8_block_scale=True
-        ),
-    )
-    if VERSION >= (0, 6, 8):
-        add(
-            "cutlass-nvfp4-linear-input-sf",
-            "cutlass_fused_moe",
-            nvfp4_inputs,
-            lambda x, ids, sc, w1, w2, qs, xsf: cfm(
-                x, ids, sc, w1, w2, BF16, qs, input_sf=xsf, swizzled_input_sf=False
-            ),
-        )
+        cutlass_nvfp4(use_deepseek_fp8_block_scale=True),
+        raises=EVERY_VERSION,
+    ),
+    Row(
+        "cutlass-nvfp4-linear-input-sf",
+        CFM,
+        nvfp4_inputs,
+        cutlass_nvfp4(swizzled_input_sf=False),
+        since=(0, 6, 8),
+    ),
+)
 
-    if capability[0] != 10:
-        return out
 
-    # --- trtllm_fp4_block_scale_(routed_)moe (SM100 only) ---
-    tT, tH, tI, tE, tK = 40, 512, 256, 16, 4
+# --- trtllm_fp4_block_scale_(routed_)moe (SM100 only) ---
 
-    def trt_inputs(
-        act: str = "nvfp4",
-        routed: bool = False,
-        logits_dtype: torch.dtype = F32,
-        out: tuple[int, int, torch.dtype] | None = None,
-        ids_dtype: torch.dtype = I32,
-    ) -> tuple:
+TRTLLM_SIZES = Sizes(tokens=40, hidden=512, inter=256, experts=16, top_k=4)
+
+
+@dataclass(frozen=True)
+class TrtInputs:
+    """The inputs of a trtllm call: routing logits (routed: packed ``score << 16 | expert
+    id`` top-k ids), routing bias, activations and their scales (``act``), weights and
+    scales, then an ``out`` (rows, cols, dtype) output and a ``replay`` routing_replay_out
+    of that dtype, if given."""
+
+    act: str = "nvfp4"
+    routed: bool = False
+    logits_dtype: torch.dtype = F32
+    out: tuple[int, int, torch.dtype] | None = None
+    ids_dtype: torch.dtype = I32
+    replay: torch.dtype | None = None
+
+    def __call__(self) -> tuple:
+        tT, tH, tI, tE, tK = TRTLLM_SIZES
+        act = self.act
         sf = 16 if act.startswith("nvfp4") else 32
         if act == "nvfp4":
             hs, hs_sf = cuda(tT, tH // 2, dtype=U8), cuda(tT, tH // 16, dtype=F8)
@@ -270,8 +341,10 @@ def cases(version: str, capability: tuple[int, int]) -> list[Case]:
             hs, hs_sf = cuda(tT, tH, dtype=F8), cuda(tT, tH // 32, dtype=F8)
         else:  # bf16 activations, mxfp4 weights
             hs, hs_sf = cuda(tT, tH), None
-        # Routed: packed (score << 16 | expert id) top-k ids instead of logits.
-        routing = cuda(tT, tK, dtype=ids_dtype) if routed else cuda(tT, tE, dtype=logits_dtype)
+        if self.routed:
+            routing = cuda(tT, tK, dtype=self.ids_dtype)
+        else:
+            routing = cuda(tT, tE, dtype=self.logits_dtype)
         args = (
             routing,
             cuda(tE, dtype=BF16),
@@ -285,198 +358,235 @@ def cases(version: str, capability: tuple[int, int]) -> list[Case]:
             cuda(tE, dtype=F32),
             cuda(tE, dtype=F32),
         )
-        if out is not None:
-            rows, cols, dt = out
+        if self.out is not None:
+            rows, cols, dt = self.out
             args = (*args, cuda(rows, cols, dtype=dt))
+        if self.replay is not None:
+            # routing_replay_out (int16 [num_tokens, top_k]) is written by the routing kernel.
+            args = (*args, cuda(tT, tK, dtype=self.replay))
         return args
 
-    def trt_call(routed: bool, **kw: Any) -> Callable[..., Any]:
-        fn = trtllm_fp4_block_scale_routed_moe if routed else trtllm_fp4_block_scale_moe
 
-        def call(routing, rb, hs, hss, w1, w1s, w2, w2s, o1, o1g, o2, *out):  # type: ignore[no-untyped-def]
-            kwargs = dict(kw)
-            if kwargs.pop("with_replay", False):  # the last input is routing_replay_out
-                *out, kwargs["routing_replay_out"] = out
-            if out:
-                kwargs["output"] = out[0]
-            if kwargs.pop("no_routing_bias", False):
-                rb = None
-            return fn(
-                routing,
-                rb,
-                hs,
-                hss,
-                w1,
-                w1s,
-                None,
-                None,
-                None,
-                None,
-                w2,
-                w2s,
-                None,
-                o1,
-                o1g,
-                o2,
-                tE,
-                tK,
-                kwargs.pop("n_group", None),
-                kwargs.pop("topk_group", None),
-                tI,
-                0,
-                tE,
-                kwargs.pop("routed_scaling_factor", None),
-                **kwargs,
-            )
+class TrtCall:
+    """``trtllm_fp4_block_scale_(routed_)moe`` with the keywords ``kw``: ``routing`` names
+    the RoutingMethodType (or is its int); ``swiglu`` asks for a SwiGLU activation as the
+    entry point's signature names it; ``no_routing_bias`` passes None for the bias;
+    ``with_replay``: the last input is routing_replay_out."""
 
-        return call
+    def __init__(
+        self, routing: str | int, *, routed: bool = False, swiglu: bool = False, **kw: Any
+    ) -> None:
+        self.routing, self.routed, self.swiglu, self.kw = routing, routed, swiglu, kw
 
-    R = RoutingMethodType
-    full = (tT, tH, BF16)
-    for entry, rt in (
-        ("trtllm_fp4_block_scale_moe", False),
-        ("trtllm_fp4_block_scale_routed_moe", True),
-    ):
-        pre = "trtllm-routed" if rt else "trtllm"
-        add(
-            f"{pre}-nvfp4-renormalize",
-            entry,
-            lambda rt=rt: trt_inputs(routed=rt),
-            trt_call(rt, routing_method_type=R.Renormalize, no_routing_bias=True),
+    def as_routed(self) -> TrtCall:
+        return TrtCall(self.routing, routed=True, swiglu=self.swiglu, **self.kw)
+
+    def __call__(self, api: EntryPoints) -> Callable[..., Any]:
+        routed = self.routed
+        fn = api.trtllm_fp4_block_scale_routed_moe if routed else api.trtllm_fp4_block_scale_moe
+        method = self.routing
+        if isinstance(method, str):
+            method = getattr(api.RoutingMethodType, method)
+        kw = {"routing_method_type": method, **self.kw}
+        if self.swiglu:
+            kw.update(swiglu_keyword(fn))
+        return _trt_call(fn, kw)
+
+
+def _trt_call(fn: Callable[..., Any], kw: dict[str, Any]) -> Callable[..., Any]:
+    tT, tH, tI, tE, tK = TRTLLM_SIZES
+
+    def call(routing, rb, hs, hss, w1, w1s, w2, w2s, o1, o1g, o2, *out):  # type: ignore[no-untyped-def]
+        kwargs = dict(kw)
+        if kwargs.pop("with_replay", False):  # the last input is routing_replay_out
+            *out, kwargs["routing_replay_out"] = out
+        if out:
+            kwargs["output"] = out[0]
+        if kwargs.pop("no_routing_bias", False):
+            rb = None
+        return fn(
+            routing,
+            rb,
+            hs,
+            hss,
+            w1,
+            w1s,
+            None,
+            None,
+            None,
+            None,
+            w2,
+            w2s,
+            None,
+            o1,
+            o1g,
+            o2,
+            tE,
+            tK,
+            kwargs.pop("n_group", None),
+            kwargs.pop("topk_group", None),
+            tI,
+            0,
+            tE,
+            kwargs.pop("routed_scaling_factor", None),
+            **kwargs,
         )
-        add(
-            f"{pre}-nvfp4-deepseek-out",
-            entry,
-            lambda rt=rt: trt_inputs(routed=rt, out=full),
-            trt_call(
-                rt,
-                routing_method_type=R.DeepSeekV3,
-                n_group=4,
-                topk_group=2,
-                routed_scaling_factor=2.5,
-                do_finalize=True,
-                tune_max_num_tokens=64,
-            ),
+
+    return call
+
+
+MOE = "trtllm_fp4_block_scale_moe"
+ROUTED = "trtllm_fp4_block_scale_routed_moe"
+FULL = (TRTLLM_SIZES.tokens, TRTLLM_SIZES.hidden, BF16)
+RENORMALIZE = TrtCall("Renormalize", no_routing_bias=True)
+DEEPSEEK = {"n_group": 4, "topk_group": 2}
+
+# Each runs on both entry points: "trtllm-<name>" (routing logits) and "trtllm-routed-<name>"
+# (packed top-k ids).
+TRTLLM_BOTH_CASES: tuple[tuple[str, TrtInputs, TrtCall], ...] = (
+    ("nvfp4-renormalize", TrtInputs(), RENORMALIZE),
+    (
+        "nvfp4-deepseek-out",
+        TrtInputs(out=FULL),
+        TrtCall(
+            "DeepSeekV3",
+            **DEEPSEEK,
+            routed_scaling_factor=2.5,
+            do_finalize=True,
+            tune_max_num_tokens=64,
+        ),
+    ),
+    (
+        "nvfp4-no-finalize",
+        TrtInputs(logits_dtype=BF16),
+        TrtCall(1, no_routing_bias=True, do_finalize=False),
+    ),
+    (
+        "nvfp4-no-finalize-out",
+        TrtInputs(out=FULL),
+        TrtCall("Renormalize", no_routing_bias=True, do_finalize=False),
+    ),
+    (
+        "bf16-mxfp4-pdl",
+        TrtInputs("bf16"),
+        TrtCall("Renormalize", no_routing_bias=True, enable_pdl=True, swiglu=True),
+    ),
+    (
+        "mxfp8-mxfp4",
+        TrtInputs("mxfp8"),
+        TrtCall("Renormalize", no_routing_bias=True, routed_scaling_factor=1),
+    ),
+)
+
+TRTLLM_CASES: tuple[Row, ...] = (
+    *(Row(f"trtllm-{name}", MOE, inputs, call) for name, inputs, call in TRTLLM_BOTH_CASES),
+    *(
+        Row(
+            f"trtllm-routed-{name}",
+            ROUTED,
+            dataclasses.replace(inputs, routed=True),
+            call.as_routed(),
         )
-        add(
-            f"{pre}-nvfp4-no-finalize",
-            entry,
-            lambda rt=rt: trt_inputs(routed=rt, logits_dtype=BF16),
-            trt_call(rt, routing_method_type=1, no_routing_bias=True, do_finalize=False),
-        )
-        add(
-            f"{pre}-nvfp4-no-finalize-out",
-            entry,
-            lambda rt=rt: trt_inputs(routed=rt, out=full),
-            trt_call(
-                rt, routing_method_type=R.Renormalize, no_routing_bias=True, do_finalize=False
-            ),
-        )
-        add(
-            f"{pre}-bf16-mxfp4-pdl",
-            entry,
-            lambda rt=rt: trt_inputs("bf16", routed=rt),
-            trt_call(
-                rt,
-                routing_method_type=R.Renormalize,
-                no_routing_bias=True,
-                enable_pdl=True,
-                **swiglu_keyword(
-                    trtllm_fp4_block_scale_routed_moe if rt else trtllm_fp4_block_scale_moe
-                ),
-            ),
-        )
-        add(
-            f"{pre}-mxfp8-mxfp4",
-            entry,
-            lambda rt=rt: trt_inputs("mxfp8", routed=rt),
-            trt_call(
-                rt, routing_method_type=R.Renormalize, no_routing_bias=True, routed_scaling_factor=1
-            ),
-        )
-    add(
-        "trtllm-out-narrow",
-        "trtllm_fp4_block_scale_moe",
-        lambda: trt_inputs(out=(tT, tH // 2, BF16)),
-        trt_call(False, routing_method_type=R.Renormalize, no_routing_bias=True),
-    )
-    add(
-        "trtllm-out-wrong-rows!",
-        "trtllm_fp4_block_scale_moe",
-        lambda: trt_inputs(out=(tT + 1, tH, BF16)),
-        trt_call(False, routing_method_type=R.Renormalize, no_routing_bias=True),
-    )
-    add(
-        "trtllm-out-wrong-dtype!",
-        "trtllm_fp4_block_scale_moe",
-        lambda: trt_inputs(out=(tT, tH, F32)),
-        trt_call(False, routing_method_type=R.Renormalize, no_routing_bias=True),
-    )
-    add(
-        "trtllm-routed-int64-ids!",
-        "trtllm_fp4_block_scale_routed_moe",
-        lambda: trt_inputs(routed=True, ids_dtype=torch.long),
-        trt_call(True, routing_method_type=R.Renormalize, no_routing_bias=True),
-    )
+        for name, inputs, call in TRTLLM_BOTH_CASES
+    ),
+    Row("trtllm-out-narrow", MOE, TrtInputs(out=(FULL[0], FULL[1] // 2, BF16)), RENORMALIZE),
+    Row(
+        "trtllm-out-wrong-rows",
+        MOE,
+        TrtInputs(out=(FULL[0] + 1, FULL[1], BF16)),
+        RENORMALIZE,
+        raises=EVERY_VERSION,
+    ),
+    Row(
+        "trtllm-out-wrong-dtype",
+        MOE,
+        TrtInputs(out=(FULL[0], FULL[1], F32)),
+        RENORMALIZE,
+        raises=EVERY_VERSION,
+    ),
+    Row(
+        "trtllm-routed-int64-ids",
+        ROUTED,
+        TrtInputs(routed=True, ids_dtype=torch.long),
+        RENORMALIZE.as_routed(),
+        raises=EVERY_VERSION,
+    ),
     # 0.6.8 asserts that the activation scales have num_tokens rows.
-    add(
-        "trtllm-nvfp4-flat-scale" + ("!" if VERSION >= (0, 6, 8) else ""),
-        "trtllm_fp4_block_scale_moe",
-        lambda: trt_inputs("nvfp4-flat-scale", out=full),
-        trt_call(False, routing_method_type=R.Renormalize, no_routing_bias=True),
-    )
-    add(
-        "trtllm-nvfp4-no-scale!",
-        "trtllm_fp4_block_scale_moe",
-        lambda: trt_inputs("nvfp4-no-scale"),
-        trt_call(False, routing_method_type=R.Renormalize, no_routing_bias=True),
-    )
-    if VERSION >= (0, 6, 8):
-        # routing_replay_out (int16 [num_tokens, top_k]) is written by the routing kernel.
-        def replay(dtype: torch.dtype = torch.int16, **kw: Any) -> Callable[[], tuple]:
-            return lambda: (*trt_inputs(**kw), cuda(tT, tK, dtype=dtype))
+    Row(
+        "trtllm-nvfp4-flat-scale",
+        MOE,
+        TrtInputs("nvfp4-flat-scale", out=FULL),
+        RENORMALIZE,
+        raises=(0, 6, 8),
+    ),
+    Row(
+        "trtllm-nvfp4-no-scale",
+        MOE,
+        TrtInputs("nvfp4-no-scale"),
+        RENORMALIZE,
+        raises=EVERY_VERSION,
+    ),
+    Row(
+        "trtllm-nvfp4-replay-out",
+        MOE,
+        TrtInputs(out=FULL, replay=torch.int16),
+        TrtCall("Renormalize", no_routing_bias=True, with_replay=True, norm_topk_prob=False),
+        since=(0, 6, 8),
+    ),
+    Row(
+        "trtllm-nvfp4-replay",
+        MOE,
+        TrtInputs(replay=torch.int16),
+        TrtCall("DeepSeekV3", with_replay=True, **DEEPSEEK),
+        since=(0, 6, 8),
+    ),
+    Row(
+        "trtllm-nvfp4-replay-no-finalize",
+        MOE,
+        TrtInputs(replay=torch.int16),
+        TrtCall("Renormalize", no_routing_bias=True, with_replay=True, do_finalize=False),
+        since=(0, 6, 8),
+    ),
+    Row(
+        "trtllm-replay-int32",
+        MOE,
+        TrtInputs(replay=I32),
+        TrtCall("Renormalize", no_routing_bias=True, with_replay=True),
+        since=(0, 6, 8),
+        raises=EVERY_VERSION,
+    ),
+)
 
-        add(
-            "trtllm-nvfp4-replay-out",
-            "trtllm_fp4_block_scale_moe",
-            replay(out=full),
-            trt_call(
-                False,
-                routing_method_type=R.Renormalize,
-                no_routing_bias=True,
-                with_replay=True,
-                norm_topk_prob=False,
-            ),
-        )
-        add(
-            "trtllm-nvfp4-replay",
-            "trtllm_fp4_block_scale_moe",
-            replay(),
-            trt_call(
-                False, routing_method_type=R.DeepSeekV3, with_replay=True, n_group=4, topk_group=2
-            ),
-        )
-        add(
-            "trtllm-nvfp4-replay-no-finalize",
-            "trtllm_fp4_block_scale_moe",
-            replay(),
-            trt_call(
-                False,
-                routing_method_type=R.Renormalize,
-                no_routing_bias=True,
-                with_replay=True,
-                do_finalize=False,
-            ),
-        )
-        add(
-            "trtllm-replay-int32!",
-            "trtllm_fp4_block_scale_moe",
-            replay(dtype=I32),
-            trt_call(
-                False, routing_method_type=R.Renormalize, no_routing_bias=True, with_replay=True
-            ),
-        )
-    return out
+
+def entry_points() -> EntryPoints:
+    from flashinfer.fused_moe import (
+        RoutingMethodType,
+        cutlass_fused_moe,
+        trtllm_fp4_block_scale_moe,
+        trtllm_fp4_block_scale_routed_moe,
+    )
+
+    # core's: 0.6.1 does not export it from flashinfer.fused_moe.
+    from flashinfer.fused_moe.core import ActivationType
+
+    return EntryPoints(
+        cutlass_fused_moe,
+        trtllm_fp4_block_scale_moe,
+        trtllm_fp4_block_scale_routed_moe,
+        ActivationType,
+        RoutingMethodType,
+    )
+
+
+def bind(rows: tuple[Row, ...], api: EntryPoints, version: tuple[int, ...]) -> list[Case]:
+    """The rows this version has, as (name, entry point, input builder, call)."""
+    return [row.case(api, version) for row in rows if version >= row.since]
+
+
+def cases(version: str, capability: tuple[int, int]) -> list[Case]:
+    """:data:`CUTLASS_CASES`, and on SM10x :data:`TRTLLM_CASES`, that :data:`VERSION` has."""
+    rows = CUTLASS_CASES + (TRTLLM_CASES if capability[0] == 10 else ())
+    return bind(rows, entry_points(), VERSION)
 
 
 # --- the C++ kernels, as far as output allocation goes ------------------------------
