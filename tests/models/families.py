@@ -57,9 +57,23 @@ ROWS["deepseek-v3-no-fusion"] = _row(
 )
 
 
-def row(name: str) -> dict[str, Any]:
-    """The family ``name`` as a JSON-able dict (``name`` included)."""
-    return {"name": name, **copy.deepcopy(ROWS[name])}
+# sglang's NVFP4 MoE (CUTLASS path, modelopt_quant.py process_weights_after_loading) pads
+# the swizzled block scales of w13 to 128 rows and refuses to pad a gated w13: the
+# per-rank w13 (2 x moe_intermediate_size / tp rows) must be a multiple of 128 already.
+# The published models meet it at --tp 8 (tests/models/full_size.py); the test size's
+# DeepSeek-style experts (64) do not at --tp 2, so a tensor-parallel row widens them.
+MOE_ROWS_ALIGNMENT = 128
+
+
+def row(name: str, tp: int = 1) -> dict[str, Any]:
+    """The family ``name`` as a JSON-able dict (``name`` included), sized so that every
+    tensor-parallel shard of ``tp`` ranks is one sglang's kernels take."""
+    out = {"name": name, **copy.deepcopy(ROWS[name])}
+    config = out["config"]
+    if tp > 1 and "moe_intermediate_size" in config:
+        per_rank = -(-MOE_ROWS_ALIGNMENT // 2)  # rows of w13 = 2 x per-rank intermediate
+        config["moe_intermediate_size"] = max(config["moe_intermediate_size"], per_rank * tp)
+    return out
 
 
 def names(kind: str | None = None) -> list[str]:
