@@ -830,6 +830,7 @@ def capture(built: Built) -> dict[str, Any]:
         "quant_methods": sorted(set(built.quant_methods.values())),
         "num_fused_shared_experts": getattr(built.model, "num_fused_shared_experts", None),
         "device": [torch.cuda.get_device_name(), list(torch.cuda.get_device_capability())],
+        "speculative_algorithm": getattr(built.server_args, "speculative_algorithm", None),
         "ok": True,
         "stage": None,
     }
@@ -860,6 +861,9 @@ def capture(built: Built) -> dict[str, Any]:
                 mark = len(collectives.LOG)
                 result["replay"] = replay(built, built.case["replay_tokens"])
                 result["replay"]["collectives"] = [c.key() for c in collectives.LOG[mark:]]
+                if built.case.get("speculative_prefill"):
+                    stage = "speculative_prefill"
+                    result["speculative_prefill"] = speculative_prefill(built, built.case["replay_tokens"])
                 if built.server_args.tp_size > 1:
                     stage = "eager"
                     result["eager"] = eager_forwards(built, built.case["replay_tokens"],
@@ -889,7 +893,7 @@ def capture(built: Built) -> dict[str, Any]:
     return result
 
 
-def extend_batch(runner: Any, num_tokens: int) -> Any:
+def extend_batch(runner: Any, num_tokens: int, hidden: str = "NULL") -> Any:
     """A prefill (extend) batch of one new request of ``num_tokens`` tokens, as the
     scheduler hands it to ``ModelRunner.forward``: the fields the piecewise runner
     reads (its warm-up batch's), host lengths made from Python data (so the NSA
@@ -925,9 +929,29 @@ def extend_batch(runner: Any, num_tokens: int) -> Any:
         extend_prefix_lens_cpu=[0],
         extend_logprob_start_lens_cpu=[num_tokens],
         return_logprob=False,
-        capture_hidden_mode=CaptureHiddenMode.NULL,
+        capture_hidden_mode=getattr(CaptureHiddenMode, hidden),
     )
     return ForwardBatch(**{k: v for k, v in values.items() if k in fields})
+
+
+def speculative_prefill(built: Built, num_tokens: int) -> dict[str, Any]:
+    """The target model's prefill under speculative decoding (EAGLE / MTP): the EAGLE
+    worker asks for every hidden state (``CaptureHiddenMode.FULL``, its
+    ``forward_target_extend``).  Whether the piecewise runner takes such a batch, and
+    where it does, one padded replay of it (the draft model reads its hidden states)."""
+    import torch
+
+    pcg = built.runner.piecewise_cuda_graph_runner
+    with fake_mode(), torch.no_grad():
+        batch = extend_batch(built.runner, num_tokens, hidden="FULL")
+        out: dict[str, Any] = {"can_run": bool(pcg.can_run(batch)),
+                               "spec_algorithm": str(built.runner.spec_algorithm)}
+        if out["can_run"]:
+            output = pcg.replay(batch)
+            hidden = output.hidden_states
+            out["logits"] = list(map(int, output.next_token_logits.shape))
+            out["hidden_states"] = None if hidden is None else list(map(int, hidden.shape))
+    return out
 
 
 def replay(built: Built, num_tokens: int) -> dict[str, Any]:
@@ -1042,6 +1066,7 @@ def all_reduce_paths(case: dict[str, Any]) -> dict[str, Any]:
     set_global_server_args_for_scheduler(server_args)
     model_config = ModelConfig.from_server_args(server_args)
     init_parallel_state(server_args, model_config)
+    stand_ins.run_split_op_bodies([*COLLECTIVE_OPS, "sglang.inplace_all_reduce"], COLLECTIVE_OP_CALLS)
     group = get_tp_group()
     ca = group.ca_comm
     hidden = model_config.hidden_size
@@ -1096,6 +1121,10 @@ def run_ranks(case: dict[str, Any]) -> dict[str, Any]:
                 _WORLD["rank"] = rank
                 simulate.set_device(rank)
                 out = run_rank(case)
+                if out.get("ok"):  # no rank leaves the world while another still talks to it
+                    import torch.distributed as dist
+
+                    dist.barrier()
             except BaseException as exc:  # noqa: BLE001 - reported to the parent
                 out = {"case": {"family": case["family"]["name"]}, "ok": False, "stage": "child", **_error(exc)}
                 code = 1
