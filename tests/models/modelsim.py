@@ -1,4 +1,4 @@
-"""Whole NVFP4 models under sglang's piecewise CUDA graph runner, on a simulated SM120.
+"""Whole NVFP4 models under sglang's piecewise CUDA graph runner, on a simulated SM12x GPU.
 
 Child side: imported inside the interpreter :mod:`simulation` starts, with the
 stack's sglang, flashinfer and sgl_kernel (Python only) trees first on the path.
@@ -9,8 +9,13 @@ What runs is sglang's own code, end to end, for the release on the path:
   piecewise capture sizes), ``ModelConfig``, the quantization config read from the
   family's ``config.json`` (ModelOpt NVFP4);
 * the parallel state (``init_distributed_environment``, ``initialize_model_parallel``,
-  ``initialize_dp_attention``) as a gloo world of size 1 (its barriers run outside
-  FakeTensorMode), and the MoE config (``initialize_moe_config``);
+  ``initialize_dp_attention``) over gloo, as ``ModelRunner.init_torch_distributed``
+  sets it up (``set_custom_all_reduce``, the P2P check as ``--enable-p2p-check``
+  says): a world of size 1, or for a tensor-parallel case (``tp_size``) one process per
+  rank (:func:`run_ranks`, forks of the case) joined by a real gloo world, sglang's
+  ``GroupCoordinator`` s choosing every collective path (custom all-reduce, pynccl,
+  torch.distributed); its host collectives run outside FakeTensorMode; and the MoE
+  config (``initialize_moe_config``);
 * the model class, built by sglang's loader for ``--load-format dummy``
   (``DummyModelLoader``: create_weights, ``process_weights_after_loading``, dummy
   weights) on the host, then every tensor swapped for a fake CUDA tensor of the same
@@ -65,8 +70,19 @@ Stand-ins, and only these (tests/models/stand_ins.py):
    attributes ``__init__`` would set, from the real objects above;
 8. device memory has no data: every device tensor is a fake (FakeTensorMode with a
    ShapeEnv), so a host read of a device value (``.item()``) is an unbacked symbol;
-   a split op called eagerly (between captured pieces) runs the CUDA body sglang
-   registered for it, as on a GPU, instead of the fake FakeTensorMode would answer;
+   a split op or one of sglang's collective ops (``outplace_all_reduce`` & co.) called
+   eagerly (between captured pieces, in a piece's warm-up or capture run, in an eager
+   forward) runs the CUDA body sglang registered for it, as on a GPU, instead of the
+   fake FakeTensorMode would answer;
+   the collective kernels (tests/models/collectives.py): NVML's topology (a PCIe box,
+   no NVLink), libcudart's allocations and IPC handles, libnccl under sglang's
+   ``PyNcclCommunicator``, sgl_kernel's custom all-reduce ops and ``torch.distributed``
+   on the device group; each collective they run goes through the gloo world on
+   placeholders of its size (the ranks check they agree first), and a CUDA graph
+   replays the collectives it captured; a rank of a world whose other ranks are not
+   run (``processes: 1``, the full-size cases at ``--tp 8``) has torch's
+   FakeProcessGroup for them (their collectives do nothing) and sglang's message-queue
+   broadcaster off (``SGLANG_USE_MESSAGE_QUEUE_BROADCASTER=false``: no reader process);
 9. import-only: torchvision (no CPU build for this torch) and ``flashinfer.comm``
    (loads libcudart at import; multi-GPU all-reduce only), inert modules.
 
@@ -94,7 +110,11 @@ API (for other tests, e.g. which FlashInfer modules a model kind requests)::
 ``case`` is a dict: ``family`` (a row of tests/models/families.py, as JSON),
 ``moe_runner_backend`` ("auto" or "flashinfer_cutlass"), ``cuda_graph`` (True: the
 default server, decode CUDA graphs captured before piecewise compile; False:
-``--disable-cuda-graph``) and optional ``server_args`` overrides.
+``--disable-cuda-graph``) and optional ``server_args`` overrides; ``replay_tokens``
+(a padded replay after capture), ``tp_size`` and ``processes`` (1: rank 0 only),
+``report_shapes`` (parameter name suffixes whose per-rank shapes to report),
+``speculative_prefill`` (hand the runner the EAGLE target prefill) and ``probe``
+(``"all_reduce_paths"``: only the parallel state, probed).
 :func:`run_cases` runs each case in a fork of the prepared interpreter, so no case
 sees another's warm caches.
 """
@@ -280,6 +300,9 @@ def _fake_peers(tp: int) -> str:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
+    # The TP group's shared-memory message queue carries the scheduler's requests to the
+    # other ranks' processes and waits for them to attach: there are none (sglang's switch).
+    os.environ["SGLANG_USE_MESSAGE_QUEUE_BROADCASTER"] = "false"
     new_group = getattr(dist.new_group, "__wrapped__", dist.new_group)
 
     def new_fake_group(*args: Any, **kwargs: Any) -> Any:
@@ -366,24 +389,6 @@ def device_tensors_fake() -> Iterator[None]:
 
     with DeviceTensorsFake():
         yield
-
-
-@contextlib.contextmanager
-def dummy_weights(device: Any) -> Iterator[None]:
-    """A model built on the meta device (a full-size one) holds no data to fill: the
-    dummy loader's random fill (a torch.Generator per parameter, which meta refuses) is
-    skipped; on the host it runs as it is."""
-    from sglang.srt.model_loader import loader
-
-    if str(device) != "meta":
-        yield
-        return
-    fill = loader.initialize_dummy_weights
-    loader.initialize_dummy_weights = lambda model, *args, **kwargs: None
-    try:
-        yield
-    finally:
-        loader.initialize_dummy_weights = fill
 
 
 @contextlib.contextmanager
@@ -720,11 +725,10 @@ def build(case: dict[str, Any]) -> Built:
         loader = get_model_loader(load_config, model_config)
     except TypeError:
         loader = get_model_loader(load_config)
-    device_config = DeviceConfig("cpu")
-    if case["family"].get("full_size"):
-        device_config.device = torch.device("meta")  # tensors without data: no memory
-    with host_is_device(), torch.device(device_config.device), dummy_weights(device_config.device):
-        model = loader.load_model(model_config=model_config, device_config=device_config)
+    # Built on the host; what the model allocates on the GPU by name (DeepSeek's YaRN
+    # rotary cache: device="cuda") is a fake CUDA tensor, as it would be on the device.
+    with host_is_device(), torch.device("cpu"), device_tensors_fake():
+        model = loader.load_model(model_config=model_config, device_config=DeviceConfig("cpu"))
     to_fake_cuda(model)
     from sglang.srt.configs.model_config import is_deepseek_nsa
     from sglang.srt.layers.moe.utils import get_moe_runner_backend

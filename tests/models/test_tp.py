@@ -66,6 +66,16 @@ class TpCase:
     def request(self) -> dict[str, Any]:
         return simulation.case(self.family, cuda_graph=False, replay_tokens=REPLAY_TOKENS, tp_size=TP)
 
+    @property
+    def twin_id(self) -> str:
+        return f"tp1-twin-{self.stack.name}-{self.family}"
+
+    def twin_request(self) -> dict[str, Any]:
+        """The same model (the TP-sized row) on one GPU: what TP 2 is compared with."""
+        case = simulation.case(self.family, cuda_graph=False, replay_tokens=REPLAY_TOKENS)
+        case["family"] = families.row(self.family, tp=TP)
+        return case
+
 
 @dataclasses.dataclass(frozen=True)
 class PathsCase:
@@ -126,9 +136,10 @@ def tp_result(request: pytest.FixtureRequest, wheel_tree: Any, case: TpCase | Pa
             if isinstance(param, (TpCase, PathsCase)) and param.stack == case.stack
         ] or [case]
         unique = list(dict.fromkeys(selected))
-        reports = simulation.run(wheel_tree, case.stack, patched=True, cases=[c.request() for c in unique],
-                                 timeout=7200)
-        _RESULTS[key] = {c.id: r for c, r in zip(unique, reports, strict=True)}
+        ids = [c.id for c in unique] + [c.twin_id for c in unique if isinstance(c, TpCase)]
+        requests = [c.request() for c in unique] + [c.twin_request() for c in unique if isinstance(c, TpCase)]
+        reports = simulation.run(wheel_tree, case.stack, patched=True, cases=requests, timeout=7200)
+        _RESULTS[key] = dict(zip(ids, reports, strict=True))
     return _RESULTS[key][case.id]
 
 
@@ -203,3 +214,28 @@ def test_tp_all_reduce_paths_on_a_pcie_box(request: pytest.FixtureRequest, wheel
         assert r["parallel"]["custom_all_reduce"] is (paths_case.tp == 2), r
         assert r["parallel"]["pynccl"] is True, r
         assert {k: v for k, v in r.items() if "/" in k} == PATHS[paths_case.tp], r
+
+
+def without_all_reduces(pieces: list[dict[str, Any]]) -> list[tuple[bool, list[str]]]:
+    return [(p["split"], [op for op in p["ops"] if op != OUTPLACE_ALL_REDUCE]) for p in pieces]
+
+
+def test_tp2_differs_from_tp1_only_by_the_all_reduces(request: pytest.FixtureRequest, wheel_tree: Any,
+                                                       tp_case: TpCase) -> None:
+    """Each rank's piecewise graphs are the one-GPU model's, piece for piece, with sglang's
+    all-reduce ops added in captured pieces (after the vocab-parallel embedding, each
+    attention's o_proj, each MLP / MoE): no other op, split or piece differs (DP attention
+    is off at TP 2; sglang's LayerCommunicator keeps the TP 1 layout), and the replays run
+    the same split ops."""
+    report = tp_result(request, wheel_tree, tp_case)
+    twin = _RESULTS[tp_case.stack.name][tp_case.twin_id]
+    assert report["ok"] and twin["ok"], (describe(report), describe(twin))
+    layers = families.ROWS[tp_case.family]["config"]["num_hidden_layers"]
+    for rank in report["ranks"]:
+        assert len(rank["graphs"]) == len(twin["graphs"]), (rank["graphs"], twin["graphs"])
+        for tp2, tp1 in zip(rank["graphs"], twin["graphs"], strict=True):
+            assert without_all_reduces(tp2) == without_all_reduces(tp1), (tp2, tp1)
+            assert not any(OUTPLACE_ALL_REDUCE in p["ops"] for p in tp1), tp1
+            added = sum(p["ops"].count(OUTPLACE_ALL_REDUCE) for p in tp2)
+            assert added == 1 + 2 * layers, tp2  # embedding, then attention and MLP per layer
+        assert rank["replay"]["split_op_calls"] == twin["replay"]["split_op_calls"], (rank["replay"], twin["replay"])
