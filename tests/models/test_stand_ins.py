@@ -125,7 +125,7 @@ def test_collectives_run_through_gloo_and_check_the_schedule(schedule: str) -> N
     assert result.returncode == 0 and lines, tail(result)
     data = json.loads(lines[-1][len("RESULT ") :])
     assert data["nvlink"] is False
-    for rank, out in enumerate(data["ranks"]):
+    for out in data["ranks"]:
         *verdicts, log = out
         if schedule == "same":
             assert verdicts == ["ok"] * 4, out
