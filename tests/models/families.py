@@ -20,7 +20,13 @@ import copy
 from typing import Any
 
 from fp4graph.integration import checkpoint
-from fp4graph.integration.families import FAMILIES, Family, Size, by_architecture
+from fp4graph.integration.families import (
+    FAMILIES,
+    MOE_ROWS_ALIGNMENT,
+    Family,
+    Size,
+    by_architecture,
+)
 from harness.targets import versions_with_topic
 
 NSA_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.nsa)
@@ -57,17 +63,12 @@ ROWS["deepseek-v3-no-fusion"] = _row(
 )
 
 
-# sglang's NVFP4 MoE (CUTLASS path, modelopt_quant.py process_weights_after_loading) pads
-# the swizzled block scales of w13 to 128 rows and refuses to pad a gated w13: the
-# per-rank w13 (2 x moe_intermediate_size / tp rows) must be a multiple of 128 already.
-# The published models meet it at --tp 8 (tests/models/full_size.py); the test size's
-# DeepSeek-style experts (64) do not at --tp 2, so a tensor-parallel row widens them.
-MOE_ROWS_ALIGNMENT = 128
-
 
 def row(name: str, tp: int = 1) -> dict[str, Any]:
     """The family ``name`` as a JSON-able dict (``name`` included), sized so that every
-    tensor-parallel shard of ``tp`` ranks is one sglang's kernels take."""
+    tensor-parallel shard of ``tp`` ranks is one sglang takes: the test size's
+    DeepSeek-style experts (64) do not split 2 ways (:data:`MOE_ROWS_ALIGNMENT`), so a
+    tensor-parallel row widens them."""
     out = {"name": name, **copy.deepcopy(ROWS[name])}
     config = out["config"]
     if tp > 1 and "moe_intermediate_size" in config:
