@@ -251,7 +251,10 @@ def write_checkpoint_dir(family: dict[str, Any], root: str) -> str:
     """A model directory holding only the family's config.json (dummy weights)."""
     path = pathlib.Path(root) / family["name"]
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(family["config"], indent=1))
+    # Atomically: the ranks of a tensor-parallel case read it at once.
+    tmp = path / f"config.json.{os.getpid()}"
+    tmp.write_text(json.dumps(family["config"], indent=1))
+    os.replace(tmp, path / "config.json")
     return str(path)
 
 
@@ -1114,6 +1117,7 @@ def run_ranks(case: dict[str, Any]) -> dict[str, Any]:
     tp = case["tp_size"]
     _WORLD["port"] = _free_port()
     simulate.set_device_count(tp)
+    write_checkpoint_dir(case["family"], _STATE["tmp"])  # before the ranks read it
     children: dict[int, tuple[int, int]] = {}  # fd -> (rank, pid)
     for rank in range(tp):
         read, write = os.pipe()
