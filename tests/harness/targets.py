@@ -25,6 +25,16 @@ def full_matrix() -> bool:
     return os.environ.get("FP4GRAPH_MODELS") == "full"
 
 
+def sm12x_gpus() -> list[str]:
+    """The simulated SM12x GPUs (``fp4graph.verify.simulate.GPUS`` keys: ``sm120``, the RTX
+    PRO 6000; ``sm121``, the DGX Spark's GB10), SM120 first: every path the series take on
+    SM120 they must take on the whole family.  A matrix runs all of them in the full tier
+    and a subset in CI (said where the matrix is defined)."""
+    from fp4graph.verify import simulate
+
+    return sorted((gpu.arch for gpu in simulate.SM12X), key=lambda arch: arch != "sm120")
+
+
 def sglang_targets(repo: pathlib.Path = REPO) -> dict[str, str]:
     """sglang version -> the flashinfer-python version of its stack, for every stack whose
     sglang has a series (oldest first)."""

@@ -63,3 +63,11 @@ def test_versions_with_topic_reads_the_series_and_its_bounds(tmp_path: pathlib.P
     assert targets.versions_with_topic(project, "fused-moe-ops", at_least="0.6.3", below="0.7",
                                        repo=repo) == ["0.6.3"]
     assert targets.versions_with_topic(project, "absent", repo=repo) == []
+
+
+def test_sm12x_gpus_are_the_simulated_family_sm120_first() -> None:
+    from fp4graph.verify import simulate
+
+    gpus = targets.sm12x_gpus()
+    assert gpus[0] == "sm120" and set(gpus) == {"sm120", "sm121"}
+    assert all(simulate.GPUS[g].capability[0] == 12 for g in gpus)

@@ -55,6 +55,30 @@ def requests(version: str, ckpts: dict[str, pathlib.Path]) -> list[dict[str, Any
             tp=1, port=30000,
         )
         cells.append({"id": f"load:{cell.id}", "family": cell.family.name, "argv": argv, "load": True})
+    return cells + speculative_requests(version, ckpts)
+
+
+# Speculative decoding with the models' own MTP layer (issue 19): what each release
+# decides for piecewise with it.  NEXTN is how DeepSeek / GLM MTP is asked for (sglang
+# turns it into EAGLE); the draft shape is fixed so that ServerArgs picks nothing by GPU.
+SPECULATIVE_FAMILIES = ("glm5", "deepseek-v3")
+SPECULATIVE_ARGS = ("--speculative-algorithm", "NEXTN", "--speculative-num-steps", "1",
+                    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "2")
+
+
+def speculative_requests(version: str, ckpts: dict[str, pathlib.Path]) -> list[dict[str, Any]]:
+    """The seed's start order with MTP, piecewise off and on, for the families that have it."""
+    cells: list[dict[str, Any]] = []
+    for family in families(version):
+        if family.name not in SPECULATIVE_FAMILIES:
+            continue
+        cell = matrix.Cell(family=family, start_order=matrix.StartOrder.NO_CUDA_GRAPH, moe_backend="auto",
+                           fusion=matrix.Fusion.ON)
+        for mode in flags.Piecewise:
+            argv = flags.server_args(sglang_version=version, model_path=ckpts[family.name], cell=cell, mode=mode,
+                                     tp=1, port=30000, extra=SPECULATIVE_ARGS)
+            cells.append({"id": f"spec:{family.name}/{mode.value}", "family": family.name, "argv": argv,
+                          "load": False, "speculative": True})
     return cells
 
 

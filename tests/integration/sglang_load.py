@@ -198,6 +198,68 @@ def _piecewise(args: Any, model_config: Any) -> dict[str, Any]:
     return out
 
 
+def _function_source(module: str, cls: str, name: str) -> str:
+    """The source of ``module.cls.name`` as the release ships it, without importing it."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin, module
+    text = open(spec.origin, encoding="utf-8").read()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == name:
+                    return ast.get_source_segment(text, item) or ""
+    raise AssertionError(f"{spec.origin} has no {cls}.{name}")
+
+
+def _speculative(args: Any, model_config: Any) -> dict[str, Any]:
+    """What this release decides for piecewise CUDA graphs with speculative decoding (MTP):
+    for the target model's runner and the draft worker's, and whether the target's
+    speculative prefill (the EAGLE worker asks for every hidden state,
+    ``CaptureHiddenMode.FULL``) replays the piecewise graphs (``PiecewiseCudaGraphRunner
+    .can_run`` of a runner captured as the server captures it)."""
+    import inspect
+    import types
+
+    from sglang.srt.model_executor import model_runner as mr
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+
+    out: dict[str, Any] = {"algorithm": args.speculative_algorithm,
+                           "draft_is_target": args.speculative_draft_model_path == args.model_path}
+    out["target"] = _piecewise(args, model_config)["enabled"]
+    if hasattr(mr.ModelRunner, "can_run_piecewise_cuda_graph"):  # 0.5.8, 0.5.9
+        draft = types.SimpleNamespace(is_draft_worker=True, server_args=args, pp_size=args.pp_size,
+                                      model_config=model_config)
+        out["draft"] = bool(args.enable_piecewise_cuda_graph) and bool(
+            mr.ModelRunner.can_run_piecewise_cuda_graph(draft))
+    else:  # 0.5.10+: ServerArgs decides for both; init_piecewise_cuda_graphs for a draft
+        # The MTP draft model as the release defines it: DeepseekModelNextN holds one
+        # ``decoder`` layer (no ``layers`` list, which init_piecewise_cuda_graphs looks for).
+        from sglang.srt.models import deepseek_nextn
+
+        nextn_layers = "self.layers" in inspect.getsource(deepseek_nextn.DeepseekModelNextN.__init__)
+        inner = types.SimpleNamespace(layers=[]) if nextn_layers else types.SimpleNamespace(decoder=None)
+        model = types.SimpleNamespace(model=inner)
+        out["draft"] = _piecewise_runner(args, model, model_config, draft=True) is not None
+    # The EAGLE worker imports the scheduler (setproctitle & co.): read its code instead.
+    source = _function_source("sglang.srt.speculative.eagle_worker", "EAGLEWorker", "forward_target_extend")
+    prefill_mode = CaptureHiddenMode.FULL if "CaptureHiddenMode.FULL" in source else CaptureHiddenMode.NULL
+    runner = types.SimpleNamespace(
+        capture_hidden_mode=CaptureHiddenMode.FULL if args.enable_return_hidden_states else CaptureHiddenMode.NULL,
+        max_num_tokens=max(args.piecewise_cuda_graph_tokens or [1]),
+    )
+    batch = types.SimpleNamespace(
+        input_ids=[0] * 8, input_embeds=None, replace_embeds=None, return_logprob=False,
+        forward_mode=ForwardMode.EXTEND, capture_hidden_mode=prefill_mode,
+    )
+    out["target_prefill_hidden"] = prefill_mode.name
+    out["target_prefill_replays"] = bool(out["target"]) and bool(
+        mr.PiecewiseCudaGraphRunner.can_run(runner, batch))
+    return out
+
+
 def _bytes(t: Any) -> Any:
     import torch
 
@@ -298,7 +360,7 @@ def _load(args: Any, model_config: Any) -> dict[str, Any]:
     }
 
 
-def _piecewise_runner(args: Any, model: Any, model_config: Any) -> str | None:
+def _piecewise_runner(args: Any, model: Any, model_config: Any, draft: bool = False) -> str | None:
     """Run this release's ``ModelRunner.init_piecewise_cuda_graphs`` on the loaded model up
     to the point where it constructs the runner (capture needs the GPU): the runner class it
     would start, or None when it turns piecewise off (flags, GQA layer collection, ...)."""
@@ -318,7 +380,7 @@ def _piecewise_runner(args: Any, model: Any, model_config: Any) -> str | None:
         setattr(mr, n, type(n, (Recorder,), {"name": n}))
     mr.get_available_gpu_memory = lambda *a, **k: 90.0  # type: ignore[attr-defined]
     stub = types.SimpleNamespace(
-        server_args=args, model=model, model_config=model_config, is_draft_worker=False,
+        server_args=args, model=model, model_config=model_config, is_draft_worker=draft,
         pp_size=args.pp_size, device="cuda", gpu_id=0,
     )
     stub.can_run_piecewise_cuda_graph = types.MethodType(  # 0.5.9
@@ -351,6 +413,8 @@ def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
     }
     if cell.get("load"):
         result["load"] = _load(args, model_config)
+    if cell.get("speculative"):
+        result["speculative"] = _speculative(args, model_config)
     return result
 
 

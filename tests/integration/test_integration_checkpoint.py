@@ -161,3 +161,13 @@ def test_sglang_loads_every_family(sglang_checks: Any, stack: str) -> None:
         if got["piecewise"]["enabled"]:
             assert load["piecewise_runner"] is not None, (cell.id, "sglang would not start the piecewise runner")
 
+
+
+def test_generated_checkpoints_split_at_the_tp_they_run_at() -> None:
+    """Every serve-size checkpoint splits over 1 to 4 GPUs, GLM-5's over 8 (the seed's
+    --tp 8 default); the test sizes' DeepSeek-style experts (64) split over none: sglang's
+    NVFP4 MoE needs each rank's 2 x moe_intermediate_size / tp rows in multiples of 128."""
+    assert {n: f.max_tp() for n, f in FAMILIES.items() if f.max_tp() < 8} == {
+        "qwen3-moe": 4, "deepseek-v3": 4, "glm4-moe": 4, "deepseek-v3.2": 4}
+    assert FAMILIES["glm5"].shards_at(8) and not FAMILIES["glm5"].shards_at(8, Size.TEST)
+    assert not FAMILIES["llama"].shards_at(3)  # 8 heads

@@ -73,6 +73,25 @@ def test_arguments() -> None:
         _args("--concurrency", "1")  # --stack is required
 
 
+def test_tp8_default_is_the_seed_deployment() -> None:
+    """--tp 8 alone: GLM-5 in the seed's start order (--disable-cuda-graph, piecewise on),
+    every MoE backend and fusion; a family or start order asked for is run as asked."""
+    assert _cells(_args("--stack", "sglang-0.5.9", "--tp", "8")) == [
+        "glm5/no-cuda-graph/moe-auto/fusion-on", "glm5/no-cuda-graph/moe-auto/fusion-off",
+        "glm5/no-cuda-graph/moe-flashinfer_cutlass/fusion-on", "glm5/no-cuda-graph/moe-flashinfer_cutlass/fusion-off",
+    ]
+    assert _cells(_args("--stack", "sglang-0.5.9", "--tp", "8", "--family", "llama")) == [
+        "llama/default", "llama/no-cuda-graph",
+    ]
+    assert len(_cells(_args("--stack", "sglang-0.5.9", "--tp", "4"))) == 40
+
+
+def test_tp_beyond_what_a_generated_checkpoint_splits_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"--tp 8: the generated checkpoints of qwen3-moe do not split 8 ways.*"
+                       r"qwen3-moe 4"):
+        _cells(_args("--stack", "sglang-0.5.9", "--tp", "8", "--family", "qwen3-moe"))
+
+
 def test_user_checkpoint_family(tmp_path: pathlib.Path) -> None:
     ckpt = tmp_path / "GLM-5-NVFP4"
     ckpt.mkdir()
@@ -134,6 +153,7 @@ def test_install_commands(tmp_path: pathlib.Path) -> None:
         pytest.param(H200, 1, r"no SM120 GPU \(.* sees: NVIDIA H200 \(sm_90\)\)", id="sm90"),
         pytest.param(PRO6000, 8, "--tp 8 needs 8 SM120 GPUs", id="too-few"),
         pytest.param(PRO6000 * 8, 8, None, id="tp8"),
+        pytest.param("NVIDIA GB10, 12.1\n", 1, None, id="gb10-sm121"),  # DGX Spark: the SM12x family
         pytest.param("", 1, "sees: no GPU", id="none"),
     ],
 )
@@ -223,7 +243,7 @@ def test_without_nvidia_smi_it_installs_then_skips(tmp_path: pathlib.Path, monke
 
 def test_dry_run_plan(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
                       capsys: pytest.CaptureFixture[str]) -> None:
-    assert _run(tmp_path, monkeypatch, "--dry-run", "--tp", "8", "--concurrency", "1,1024",
+    assert _run(tmp_path, monkeypatch, "--dry-run", "--tp", "4", "--concurrency", "1,1024",
                 "--sglang-checkout", str(tmp_path / "sglang")) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
@@ -241,7 +261,7 @@ def test_dry_run_plan(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
     assert "--enable-piecewise-cuda-graph" in on and "--enable-piecewise-cuda-graph" not in off
     for flag in ("--disable-cuda-graph", "--moe-runner-backend flashinfer_cutlass", "--disable-shared-experts-fusion"):
         assert flag in on and flag in off
-    assert "--quantization modelopt_fp4 --tp-size 8" in on
+    assert "--quantization modelopt_fp4 --tp-size 4" in on
     # bench_serving only in the primary cells (MoE backend auto, fusion on): 2 per family
     assert out.count("--max-concurrency 1024") == 2 * 7 * 2
     assert "test_piecewise_cuda_graph_small_1_gpu.py" in out

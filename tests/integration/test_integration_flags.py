@@ -197,3 +197,49 @@ def test_families_left_out_are_those_the_release_lacks(wheel_tree: Any, stack: s
     for family in FAMILIES.values():
         defined = re.search(rf"^class {family.architecture}\b", source, re.M) is not None
         assert defined is family.in_sglang(version), (version, family.name, family.architecture)
+
+
+# What each release decides for piecewise CUDA graphs with MTP speculative decoding (NEXTN,
+# which sglang turns into EAGLE), read from its code (README "Speculative decoding"): per
+# release prefix, (the target model's runner captures piecewise graphs, the draft worker's
+# does, the target's speculative prefill replays them), for the "on" runs of the matrix.
+# Models with NSA attention on 0.5.10+ are "on" through --enforce-piecewise-cuda-graph,
+# which skips every auto-disable rule (the speculative one included).
+SPECULATIVE_ON = {
+    "0.5.8": (True, False, True),  # can_run_piecewise_cuda_graph: False for a draft worker
+    "0.5.9": (True, False, True),
+    "0.5.10": (False, False, False),  # ServerArgs: speculative decoding turns piecewise off
+    "0.5.11": (True, False, False),  # init_piecewise_cuda_graphs skips a draft worker; can_run
+                                     # refuses a batch asking for other hidden states (FULL)
+}
+SPECULATIVE_ENFORCED = {"0.5.10": (True, False, True), "0.5.11": (True, False, False)}
+
+
+def _speculative_expectation(version: str, family: Any) -> tuple[bool, bool, bool]:
+    release = next(p for p in sorted(SPECULATIVE_ON, key=len, reverse=True) if version.startswith(p))
+    if family.nsa and release in SPECULATIVE_ENFORCED:
+        return SPECULATIVE_ENFORCED[release]
+    return SPECULATIVE_ON[release]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stack", STACK_IDS)
+def test_speculative_decoding_and_piecewise(sglang_checks: Any, stack: str) -> None:
+    """GLM-5 and DeepSeek-V3 with MTP through each release's own ServerArgs, ModelRunner
+    and PiecewiseCudaGraphRunner.can_run: the target runs piecewise where the table says,
+    the draft worker never does, and with piecewise off neither."""
+    version, _ = stack_versions(stack)
+    results = sglang_checks(stack)
+    ran = [f for f in families(version) if f.name in ("glm5", "deepseek-v3")]
+    assert ran, version
+    for family in ran:
+        on = results[f"spec:{family.name}/on"]
+        off = results[f"spec:{family.name}/off"]
+        assert "error" not in on and "error" not in off, (on, off)
+        for got in (on["speculative"], off["speculative"]):
+            assert got["algorithm"] == "EAGLE" and got["draft_is_target"] is True, got
+            assert got["target_prefill_hidden"] == "FULL", got
+        spec = on["speculative"]
+        assert (spec["target"], spec["draft"], spec["target_prefill_replays"]) == _speculative_expectation(
+            version, family), (family.name, spec)
+        assert off["speculative"]["target"] is False and off["speculative"]["draft"] is False, off

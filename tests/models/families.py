@@ -20,7 +20,13 @@ import copy
 from typing import Any
 
 from fp4graph.integration import checkpoint
-from fp4graph.integration.families import FAMILIES, Family, Size, by_architecture
+from fp4graph.integration.families import (
+    FAMILIES,
+    MOE_ROWS_ALIGNMENT,
+    Family,
+    Size,
+    by_architecture,
+)
 from harness.targets import versions_with_topic
 
 NSA_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.nsa)
@@ -57,9 +63,18 @@ ROWS["deepseek-v3-no-fusion"] = _row(
 )
 
 
-def row(name: str) -> dict[str, Any]:
-    """The family ``name`` as a JSON-able dict (``name`` included)."""
-    return {"name": name, **copy.deepcopy(ROWS[name])}
+
+def row(name: str, tp: int = 1) -> dict[str, Any]:
+    """The family ``name`` as a JSON-able dict (``name`` included), sized so that every
+    tensor-parallel shard of ``tp`` ranks is one sglang takes: the test size's
+    DeepSeek-style experts (64) do not split 2 ways (:data:`MOE_ROWS_ALIGNMENT`), so a
+    tensor-parallel row widens them."""
+    out = {"name": name, **copy.deepcopy(ROWS[name])}
+    config = out["config"]
+    if tp > 1 and "moe_intermediate_size" in config:
+        per_rank = -(-MOE_ROWS_ALIGNMENT // 2)  # rows of w13 = 2 x per-rank intermediate
+        config["moe_intermediate_size"] = max(config["moe_intermediate_size"], per_rank * tp)
+    return out
 
 
 def names(kind: str | None = None) -> list[str]:

@@ -1,4 +1,4 @@
-"""Whole NVFP4 models under sglang's piecewise CUDA graph runner, on a simulated SM120.
+"""Whole NVFP4 models under sglang's piecewise CUDA graph runner, on a simulated SM12x GPU.
 
 Child side: imported inside the interpreter :mod:`simulation` starts, with the
 stack's sglang, flashinfer and sgl_kernel (Python only) trees first on the path.
@@ -9,8 +9,13 @@ What runs is sglang's own code, end to end, for the release on the path:
   piecewise capture sizes), ``ModelConfig``, the quantization config read from the
   family's ``config.json`` (ModelOpt NVFP4);
 * the parallel state (``init_distributed_environment``, ``initialize_model_parallel``,
-  ``initialize_dp_attention``) as a gloo world of size 1 (its barriers run outside
-  FakeTensorMode), and the MoE config (``initialize_moe_config``);
+  ``initialize_dp_attention``) over gloo, as ``ModelRunner.init_torch_distributed``
+  sets it up (``set_custom_all_reduce``, the P2P check as ``--enable-p2p-check``
+  says): a world of size 1, or for a tensor-parallel case (``tp_size``) one process per
+  rank (:func:`run_ranks`, forks of the case) joined by a real gloo world, sglang's
+  ``GroupCoordinator`` s choosing every collective path (custom all-reduce, pynccl,
+  torch.distributed); its host collectives run outside FakeTensorMode; and the MoE
+  config (``initialize_moe_config``);
 * the model class, built by sglang's loader for ``--load-format dummy``
   (``DummyModelLoader``: create_weights, ``process_weights_after_loading``, dummy
   weights) on the host, then every tensor swapped for a fake CUDA tensor of the same
@@ -25,9 +30,12 @@ What runs is sglang's own code, end to end, for the release on the path:
 
 Stand-ins, and only these (tests/models/stand_ins.py):
 
-1. the device: CPU torch answers as a CUDA 12.8 build on one RTX PRO 6000 (SM120)
-   (``fp4graph.verify.simulate``), an ``nvidia-smi`` on PATH answering the same;
-   whether the device runs Triton is asked once while it is visible;
+1. the device: CPU torch answers as a CUDA 12.8 build on RTX PRO 6000s (SM120), or on
+   a DGX Spark's GB10 (SM121: 48 SMs, unified memory, ``is_integrated``)
+   (``fp4graph.verify.simulate``), one GPU per rank of the case, the rank's current; an
+   ``nvidia-smi`` on PATH answering the same (a GB10's answers ``[N/A]`` for its memory,
+   which it shares with the CPU); whether the device runs Triton is asked once while it
+   is visible;
 2. the CUDA runtime: streams, events, ``torch.cuda.graph`` / ``CUDAGraph`` (the
    captured body runs once on fake tensors), synchronize, memory queries, the
    device RNG state Dynamo saves; ``torch.tensor(..., device="cuda")``, Python
@@ -62,8 +70,19 @@ Stand-ins, and only these (tests/models/stand_ins.py):
    attributes ``__init__`` would set, from the real objects above;
 8. device memory has no data: every device tensor is a fake (FakeTensorMode with a
    ShapeEnv), so a host read of a device value (``.item()``) is an unbacked symbol;
-   a split op called eagerly (between captured pieces) runs the CUDA body sglang
-   registered for it, as on a GPU, instead of the fake FakeTensorMode would answer;
+   a split op or one of sglang's collective ops (``outplace_all_reduce`` & co.) called
+   eagerly (between captured pieces, in a piece's warm-up or capture run, in an eager
+   forward) runs the CUDA body sglang registered for it, as on a GPU, instead of the
+   fake FakeTensorMode would answer;
+   the collective kernels (tests/models/collectives.py): NVML's topology (a PCIe box,
+   no NVLink), libcudart's allocations and IPC handles, libnccl under sglang's
+   ``PyNcclCommunicator``, sgl_kernel's custom all-reduce ops and ``torch.distributed``
+   on the device group; each collective they run goes through the gloo world on
+   placeholders of its size (the ranks check they agree first), and a CUDA graph
+   replays the collectives it captured; a rank of a world whose other ranks are not
+   run (``processes: 1``, the full-size cases at ``--tp 8``) has torch's
+   FakeProcessGroup for them (their collectives do nothing) and sglang's message-queue
+   broadcaster off (``SGLANG_USE_MESSAGE_QUEUE_BROADCASTER=false``: no reader process);
 9. import-only: torchvision (no CPU build for this torch) and ``flashinfer.comm``
    (loads libcudart at import; multi-GPU all-reduce only), inert modules.
 
@@ -91,7 +110,11 @@ API (for other tests, e.g. which FlashInfer modules a model kind requests)::
 ``case`` is a dict: ``family`` (a row of tests/models/families.py, as JSON),
 ``moe_runner_backend`` ("auto" or "flashinfer_cutlass"), ``cuda_graph`` (True: the
 default server, decode CUDA graphs captured before piecewise compile; False:
-``--disable-cuda-graph``) and optional ``server_args`` overrides.
+``--disable-cuda-graph``) and optional ``server_args`` overrides; ``replay_tokens``
+(a padded replay after capture), ``tp_size`` and ``processes`` (1: rank 0 only),
+``report_shapes`` (parameter name suffixes whose per-rank shapes to report),
+``speculative_prefill`` (hand the runner the EAGLE target prefill) and ``probe``
+(``"all_reduce_paths"``: only the parallel state, probed).
 :func:`run_cases` runs each case in a fork of the prepared interpreter, so no case
 sees another's warm caches.
 """
@@ -101,6 +124,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import inspect
 import json
 import os
 import pathlib
@@ -115,23 +139,31 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "tests" / "harness"))
 
+import collectives  # noqa: E402
+
 import stand_ins  # noqa: E402
 
 # The fp4 ops the series route SM120 calls through, and sglang's fp4 GEMM op.
 FP4_OPS = ("sglang.flashinfer_fp4_quantize", "sglang.fp4_gemm")
 SPLIT_OP_PREFIXES = ("sglang.",)
+# sglang's collective ops that are not split ops: run eagerly, their body runs (the
+# GroupCoordinator's path to a stand-in kernel); inplace_all_reduce is a split op.
+COLLECTIVE_OPS = ("sglang.outplace_all_reduce", "sglang.reg_all_gather_into_tensor", "sglang.reg_reduce_scatter_tensor")
+COLLECTIVE_OP_CALLS: list[str] = []
 # Compiled-kernel namespaces a piece may call (recorded per piece as "kernels").
 KERNEL_PREFIXES = ("deep_gemm.", "sgl_kernel.")
 
 _STATE: dict[str, Any] = {}
 
 
-def prepare(record_path: str | None = None, *, installed: bool = False) -> None:
-    """Simulate the device and install every stand-in; import sglang's model registry.
-    ``installed``: sglang and its dependencies are this venv's (see the docstring)."""
+def prepare(record_path: str | None = None, gpu_name: str = "sm120", *, installed: bool = False) -> None:
+    """Simulate the device (``gpu_name``: a key of ``fp4graph.verify.simulate.GPUS``) and
+    install every stand-in; import sglang's model registry. ``installed``: sglang and its
+    dependencies are this venv's (see the docstring)."""
     from fp4graph.verify import simulate
 
-    gpu = simulate.SM120
+    gpu = simulate.GPUS[gpu_name]
+    _STATE["gpu"] = gpu
     simulate.install(gpu)
     import torch
 
@@ -141,6 +173,7 @@ def prepare(record_path: str | None = None, *, installed: bool = False) -> None:
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tmp, "inductor"))
     stand_ins.install_cuda_runtime(gpu.total_memory)
     stand_ins.install_host_collectives()
+    collectives.install_nvml()
     stand_ins.install_nvidia_smi(tmp, gpu)
     record = json.loads(pathlib.Path(record_path or os.environ["FP4GRAPH_SGL_KERNEL_RECORD"]).read_text())
     stand_ins.install_sgl_kernel_ops(record)
@@ -177,6 +210,9 @@ def prepare(record_path: str | None = None, *, installed: bool = False) -> None:
     torch.set_num_threads(1)
     # What the scheduler imports before a model runner exists.
     import sglang.srt.model_executor.model_runner  # noqa: F401
+
+    collectives.install_libraries()
+    collectives.install_process_group_collectives()
     from sglang.srt.models.registry import ModelRegistry
 
     ModelRegistry.get_supported_archs()
@@ -215,7 +251,10 @@ def write_checkpoint_dir(family: dict[str, Any], root: str) -> str:
     """A model directory holding only the family's config.json (dummy weights)."""
     path = pathlib.Path(root) / family["name"]
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(family["config"], indent=1))
+    # Atomically: the ranks of a tensor-parallel case read it at once.
+    tmp = path / f"config.json.{os.getpid()}"
+    tmp.write_text(json.dumps(family["config"], indent=1))
+    os.replace(tmp, path / "config.json")
     return str(path)
 
 
@@ -233,6 +272,7 @@ def server_args_for(case: dict[str, Any], model_path: str) -> Any:
         "piecewise_cuda_graph_max_tokens": 16,
         "cuda_graph_max_bs": 2,
         "mem_fraction_static": 0.8,
+        "tp_size": case.get("tp_size", 1),
     }
     fields = {f.name for f in dataclasses.fields(ServerArgs)}
     # 0.5.9 has piecewise CUDA graph opt-in, 0.5.10+ on by default.
@@ -249,26 +289,109 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def init_parallel_state(server_args: Any, model_config: Any) -> None:
-    """The parallel state of a 1-GPU server, over gloo (ModelRunner.init_torch_distributed)."""
-    from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
-    from sglang.srt.layers.dp_attention import initialize_dp_attention
+# Where the ranks of a tensor-parallel case meet (set by run_ranks before it forks them).
+_WORLD = {"rank": 0, "port": 0}
+# A rank waits this long for the others in a collective (a rank that failed is killed).
+DIST_TIMEOUT_S = 900
 
-    with fake_mode():
+
+def _fake_peers(tp: int) -> str:
+    """Rank 0 of ``tp`` in one process: torch's FakeProcessGroup (its collectives do
+    nothing) stands in for the other ranks, for every group sglang makes (device and CPU
+    groups alike).  Returns the backend name."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
+    # The TP group's shared-memory message queue carries the scheduler's requests to the
+    # other ranks' processes and waits for them to attach: there are none (sglang's switch).
+    os.environ["SGLANG_USE_MESSAGE_QUEUE_BROADCASTER"] = "false"
+    new_group = getattr(dist.new_group, "__wrapped__", dist.new_group)
+
+    def new_fake_group(*args: Any, **kwargs: Any) -> Any:
+        kwargs["backend"] = "fake"
+        return new_group(*args, **kwargs)
+
+    new_fake_group.__wrapped__ = new_group  # type: ignore[attr-defined]
+    dist.new_group = new_fake_group
+    return "fake"
+
+
+def init_parallel_state(server_args: Any, model_config: Any) -> None:
+    """The parallel state of a server of ``tp_size`` GPUs, over gloo, as
+    ``ModelRunner.init_torch_distributed`` sets it up (custom all-reduce on unless
+    ``--disable-custom-all-reduce``; the P2P check skipped unless ``--enable-p2p-check``):
+    sglang's own group coordinators, whose NCCL and custom all-reduce communicators run
+    on the stand-in libraries of :mod:`collectives`."""
+    from sglang.srt.distributed import (
+        init_distributed_environment,
+        initialize_model_parallel,
+        parallel_state,
+    )
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+    from sglang.srt.utils import common
+
+    tp = server_args.tp_size
+    rank = _WORLD["rank"] if tp > 1 else 0
+    port = _WORLD["port"] if tp > 1 else _free_port()
+    backend = "gloo"
+    if _WORLD.get("fake_peers"):
+        backend = _fake_peers(tp)
+    parallel_state.set_custom_all_reduce(not server_args.disable_custom_all_reduce)
+    if not getattr(server_args, "enable_p2p_check", False):
+        common.monkey_patch_p2p_access_check()
+    # Host tensors stay real (the unique ids, device ids and IPC handles the ranks
+    # exchange over gloo), device allocations are fakes.
+    with device_tensors_fake():
         init_distributed_environment(
-            backend="gloo",
-            world_size=1,
-            rank=0,
-            local_rank=0,
-            distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
+            backend=backend,
+            world_size=tp,
+            rank=rank,
+            local_rank=rank,
+            distributed_init_method=f"tcp://127.0.0.1:{port}",
+            timeout=DIST_TIMEOUT_S,
         )
-        initialize_model_parallel(tensor_model_parallel_size=1)
+        initialize_model_parallel(tensor_model_parallel_size=tp)
         initialize_dp_attention(server_args=server_args, model_config=model_config)
     try:
         from sglang.srt.layers.moe import initialize_moe_config
     except ImportError:  # pragma: no cover - every supported release has it
         return
     initialize_moe_config(server_args)
+
+
+# The factories sglang's group coordinators allocate device tensors with.
+_FACTORIES = ("empty", "empty_strided", "zeros", "ones", "full", "arange", "rand", "randn", "empty_like",
+              "zeros_like", "ones_like", "full_like")
+
+
+@contextlib.contextmanager
+def device_tensors_fake() -> Iterator[None]:
+    """Factories called for a CUDA device make fake tensors (:func:`fake_mode`); every
+    other tensor is a real host tensor.  Fakes work outside the mode they were made in."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    factories = {getattr(torch, name) for name in _FACTORIES}
+
+    def on_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        device = kwargs.get("device")
+        if device is None:
+            like = next((a for a in args if isinstance(a, torch.Tensor)), None)
+            return like is not None and like.device.type == "cuda"
+        return torch.device(device).type == "cuda"
+
+    class DeviceTensorsFake(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
+            kwargs = kwargs or {}
+            if func in factories and on_device(args, kwargs):
+                with fake_mode():
+                    return func(*args, **kwargs)
+            return func(*args, **kwargs)
+
+    with DeviceTensorsFake():
+        yield
 
 
 @contextlib.contextmanager
@@ -520,7 +643,8 @@ def quant_methods(model: Any) -> dict[str, str]:
 
 
 def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
-    """``ModelRunner.__new__`` with the attributes its ``__init__`` sets for a 1-GPU server."""
+    """``ModelRunner.__new__`` with the attributes its ``__init__`` sets for this rank."""
+    import torch
     from sglang.srt.distributed import get_pp_group, get_tp_group
     from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -532,9 +656,9 @@ def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
         model_config=model_config,
         model=model,
         device="cuda",
-        gpu_id=0,
-        tp_rank=0,
-        tp_size=1,
+        gpu_id=torch.cuda.current_device(),
+        tp_rank=get_tp_group().rank_in_group,
+        tp_size=server_args.tp_size,
         pp_rank=0,
         pp_size=1,
         moe_ep_rank=0,
@@ -576,6 +700,7 @@ def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
         enable_elastic_ep=False,
         msprobe_debugger=None,
     )
+    attrs["support_pp"] = "pp_proxy_tensors" in inspect.signature(model.forward).parameters
     runner.__dict__.update(attrs)
     # State ModelRunner.initialize() derives on the way (release methods).
     if hasattr(runner, "maybe_init_ngram_embedding"):
@@ -603,7 +728,9 @@ def build(case: dict[str, Any]) -> Built:
         loader = get_model_loader(load_config, model_config)
     except TypeError:
         loader = get_model_loader(load_config)
-    with host_is_device(), torch.device("cpu"):
+    # Built on the host; what the model allocates on the GPU by name (DeepSeek's YaRN
+    # rotary cache: device="cuda") is a fake CUDA tensor, as it would be on the device.
+    with host_is_device(), torch.device("cpu"), device_tensors_fake():
         model = loader.load_model(model_config=model_config, device_config=DeviceConfig("cpu"))
     to_fake_cuda(model)
     from sglang.srt.configs.model_config import is_deepseek_nsa
@@ -641,13 +768,20 @@ def _observe_split_graph(graphs: list[list[dict[str, Any]]]) -> None:
         split_gm, items = real(graph, ops)
         pieces = []
         for item in items:
-            calls = [str(n.target) for n in item.graph.graph.nodes if n.op == "call_function"]
+            nodes = [n for n in item.graph.graph.nodes if n.op == "call_function"]
+            calls = [str(n.target) for n in nodes]
             pieces.append(
                 {
                     "name": item.submod_name,
                     "split": bool(item.is_splitting_graph),
                     "ops": [t for t in calls if t.startswith(SPLIT_OP_PREFIXES)],
                     "kernels": sorted({t for t in calls if t.startswith(KERNEL_PREFIXES)}),
+                    # The path each out-of-place all-reduce was traced with ("ca": custom
+                    # all-reduce, "pynccl", ...): GroupCoordinator.all_reduce decides it.
+                    "all_reduce_methods": [
+                        str(n.kwargs.get("outplace_all_reduce_method", n.args[2] if len(n.args) > 2 else None))
+                        for n in nodes if str(n.target) == "sglang.outplace_all_reduce"
+                    ],
                 }
             )
         graphs.append(pieces)
@@ -702,14 +836,19 @@ def capture(built: Built) -> dict[str, Any]:
         "attention_backend": built.server_args.attention_backend,
         "quant_methods": sorted(set(built.quant_methods.values())),
         "num_fused_shared_experts": getattr(built.model, "num_fused_shared_experts", None),
+        "device": [torch.cuda.get_device_name(), list(torch.cuda.get_device_capability())],
+        "speculative_algorithm": getattr(built.server_args, "speculative_algorithm", None),
         "ok": True,
         "stage": None,
     }
     if built.nsa:
         result["nsa"] = nsa_report(built)
+    if built.case.get("report_shapes"):
+        result["param_shapes"] = param_shapes(built.model, built.case["report_shapes"])
     from sglang.srt.compilation.compilation_config import SPLIT_OPS
 
     result["split_ops_run"] = stand_ins.run_split_op_bodies(list(SPLIT_OPS))
+    result["collective_ops_run"] = stand_ins.run_split_op_bodies(list(COLLECTIVE_OPS), COLLECTIVE_OP_CALLS)
     stage = "init_device_graphs"
     breaks_before_piecewise = 0
     try:
@@ -726,7 +865,16 @@ def capture(built: Built) -> dict[str, Any]:
             )
             if built.case.get("replay_tokens") and runner.piecewise_cuda_graph_runner:
                 stage = "replay"
+                mark = len(collectives.LOG)
                 result["replay"] = replay(built, built.case["replay_tokens"])
+                result["replay"]["collectives"] = [c.key() for c in collectives.LOG[mark:]]
+                if built.case.get("speculative_prefill"):
+                    stage = "speculative_prefill"
+                    result["speculative_prefill"] = speculative_prefill(built, built.case["replay_tokens"])
+                if built.server_args.tp_size > 1:
+                    stage = "eager"
+                    result["eager"] = eager_forwards(built, built.case["replay_tokens"],
+                                                     result["replay"]["static_tokens"])
     except Exception as exc:
         result.update(ok=False, stage=stage, **_error(exc))
     result["graph_breaks"] = sum(counters["graph_break"].values())
@@ -743,11 +891,16 @@ def capture(built: Built) -> dict[str, Any]:
 
     result["recompile_reasons"] = [str(r)[:500] for rs in guard_failures.values() for r in rs][:10]
     result["captures"] = len(stand_ins.CAPTURES)
+    if built.server_args.tp_size > 1:
+        result["parallel"] = collectives.report()
+        result["collectives"] = dict(collections.Counter(
+            f"{c.phase}:{c.via}.{c.kind}" for c in collectives.LOG))
+        result["collective_op_calls"] = dict(collections.Counter(COLLECTIVE_OP_CALLS))
     result["jit_modules"] = sorted(set(_STATE.get("jit_built", []))) + sorted(set(stand_ins.JIT_BUILT))
     return result
 
 
-def extend_batch(runner: Any, num_tokens: int) -> Any:
+def extend_batch(runner: Any, num_tokens: int, hidden: str = "NULL") -> Any:
     """A prefill (extend) batch of one new request of ``num_tokens`` tokens, as the
     scheduler hands it to ``ModelRunner.forward``: the fields the piecewise runner
     reads (its warm-up batch's), host lengths made from Python data (so the NSA
@@ -783,9 +936,29 @@ def extend_batch(runner: Any, num_tokens: int) -> Any:
         extend_prefix_lens_cpu=[0],
         extend_logprob_start_lens_cpu=[num_tokens],
         return_logprob=False,
-        capture_hidden_mode=CaptureHiddenMode.NULL,
+        capture_hidden_mode=getattr(CaptureHiddenMode, hidden),
     )
     return ForwardBatch(**{k: v for k, v in values.items() if k in fields})
+
+
+def speculative_prefill(built: Built, num_tokens: int) -> dict[str, Any]:
+    """The target model's prefill under speculative decoding (EAGLE / MTP): the EAGLE
+    worker asks for every hidden state (``CaptureHiddenMode.FULL``, its
+    ``forward_target_extend``).  Whether the piecewise runner takes such a batch, and
+    where it does, one padded replay of it (the draft model reads its hidden states)."""
+    import torch
+
+    pcg = built.runner.piecewise_cuda_graph_runner
+    with fake_mode(), torch.no_grad():
+        batch = extend_batch(built.runner, num_tokens, hidden="FULL")
+        out: dict[str, Any] = {"can_run": bool(pcg.can_run(batch)),
+                               "spec_algorithm": str(built.runner.spec_algorithm)}
+        if out["can_run"]:
+            output = pcg.replay(batch)
+            hidden = output.hidden_states
+            out["logits"] = list(map(int, output.next_token_logits.shape))
+            out["hidden_states"] = None if hidden is None else list(map(int, hidden.shape))
+    return out
 
 
 def replay(built: Built, num_tokens: int) -> dict[str, Any]:
@@ -809,9 +982,51 @@ def replay(built: Built, num_tokens: int) -> dict[str, Any]:
         "tokens": num_tokens,
         "static_tokens": min(n for n in pcg.capture_num_tokens if n >= num_tokens),
         "logits_rows": int(output.next_token_logits.shape[0]),
+        "logits": [list(map(int, output.next_token_logits.shape)), str(output.next_token_logits.dtype),
+                   str(output.next_token_logits.device)],
         "split_op_calls": dict(collections.Counter(stand_ins.SPLIT_OP_CALLS[calls:])),
         "kernel_rows": {k: sorted(set(v)) for k, v in kernels.items()},
     }
+
+
+def eager_forwards(built: Built, tokens: int, static_tokens: int) -> dict[str, Any]:
+    """What an eager forward (``ModelRunner.forward_extend`` with no piecewise runner, the
+    server with piecewise off) of this rank gives: for the replay's real batch, the
+    logits' shape; for a batch of the padded size, the collectives it runs, in order (the
+    replay runs its graphs captured at that size)."""
+    import torch
+
+    runner = built.runner
+    pcg, runner.piecewise_cuda_graph_runner = runner.piecewise_cuda_graph_runner, None
+    out: dict[str, Any] = {}
+    try:
+        for name, n in (("real", tokens), ("padded", static_tokens)):
+            mark = len(collectives.LOG)
+            with fake_mode(), torch.no_grad():
+                result = runner.forward_extend(extend_batch(runner, n))
+            output = result[0] if isinstance(result, tuple) else result
+            logits = output.next_token_logits
+            out[name] = {
+                "tokens": n,
+                "logits": [list(map(int, logits.shape)), str(logits.dtype), str(logits.device)],
+                "collectives": [c.key() for c in collectives.LOG[mark:]],
+            }
+    finally:
+        runner.piecewise_cuda_graph_runner = pcg
+    return out
+
+
+def param_shapes(model: Any, suffixes: list[str]) -> dict[str, Any]:
+    """Shape and dtype of the first parameter or buffer whose name ends with each suffix
+    (``None`` where the model has none): what this rank holds."""
+    tensors = dict(model.named_parameters())
+    tensors.update(dict(model.named_buffers()))
+    out: dict[str, Any] = {}
+    for suffix in suffixes:
+        name = next((n for n in tensors if n.endswith(suffix)), None)
+        t = tensors.get(name) if name else None
+        out[suffix] = None if t is None else [list(map(int, t.shape)), str(t.dtype).removeprefix("torch.")]
+    return out
 
 
 def nsa_report(built: Built) -> dict[str, Any]:
@@ -830,6 +1045,57 @@ def nsa_report(built: Built) -> dict[str, Any]:
 
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
+    tp = case.get("tp_size", 1)
+    if tp > 1 and case.get("processes", tp) == 1:  # one rank, the others stood in for
+        from fp4graph.verify import simulate
+
+        _WORLD["fake_peers"] = True
+        simulate.set_device_count(tp)
+        return run_rank(case)
+    if tp > 1:
+        return run_ranks(case)
+    return run_rank(case)
+
+
+def all_reduce_paths(case: dict[str, Any]) -> dict[str, Any]:
+    """Which collective sglang's TP group runs for an all-reduce on this machine (a PCIe
+    box of ``tp_size`` GPUs): for a small and a large (above the custom all-reduce's
+    ``max_size``) activation, eagerly and inside piecewise CUDA graph mode, as
+    ``GroupCoordinator.all_reduce`` decides; nothing else of the model is built."""
+    import torch
+    from sglang.srt.compilation.piecewise_context_manager import enable_piecewise_cuda_graph
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.distributed import get_tp_group
+    from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+    path = write_checkpoint_dir(case["family"], _STATE["tmp"])
+    server_args = server_args_for(case, path)
+    set_global_server_args_for_scheduler(server_args)
+    model_config = ModelConfig.from_server_args(server_args)
+    init_parallel_state(server_args, model_config)
+    stand_ins.run_split_op_bodies([*COLLECTIVE_OPS, "sglang.inplace_all_reduce"], COLLECTIVE_OP_CALLS)
+    group = get_tp_group()
+    ca = group.ca_comm
+    hidden = model_config.hidden_size
+    large_rows = (getattr(ca, "max_size", 8 << 20) // (hidden * 2)) + 16
+    out: dict[str, Any] = {"ok": True, "stage": None, "parallel": collectives.report()}
+    for size, rows in (("small", 16), ("large", large_rows)):
+        for mode in ("eager", "piecewise"):
+            mark = len(collectives.LOG)
+            with fake_mode():
+                x = torch.empty(rows, hidden, dtype=torch.bfloat16, device="cuda")
+                with enable_piecewise_cuda_graph() if mode == "piecewise" else contextlib.nullcontext():
+                    group.all_reduce(x)
+            out[f"{size}/{mode}"] = sorted({c.via for c in collectives.LOG[mark:]})
+    return out
+
+
+def run_rank(case: dict[str, Any]) -> dict[str, Any]:
+    if case.get("probe") == "all_reduce_paths":
+        try:
+            return all_reduce_paths(case)
+        except Exception as exc:
+            return {"ok": False, "stage": "probe", **_error(exc)}
     try:
         built = build(case)
     except Exception as exc:
@@ -837,12 +1103,97 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     return capture(built)
 
 
+def run_ranks(case: dict[str, Any]) -> dict[str, Any]:
+    """A tensor-parallel case: one process per rank (forks of this one), each with its GPU
+    current, meeting in a gloo world on the host; returns each rank's report under
+    ``ranks`` (rank order) and ``ok`` when every rank's is.  A rank that fails or dies
+    ends the case: the others, blocked in a collective, are killed."""
+    import selectors
+    import signal
+    import time
+
+    from fp4graph.verify import simulate
+
+    tp = case["tp_size"]
+    _WORLD["port"] = _free_port()
+    simulate.set_device_count(tp)
+    write_checkpoint_dir(case["family"], _STATE["tmp"])  # before the ranks read it
+    children: dict[int, tuple[int, int]] = {}  # fd -> (rank, pid)
+    for rank in range(tp):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the rank
+            os.close(read)
+            code = 0
+            try:
+                _WORLD["rank"] = rank
+                simulate.set_device(rank)
+                out = run_rank(case)
+                if out.get("ok"):  # no rank leaves the world while another still talks to it
+                    import torch.distributed as dist
+
+                    dist.barrier()
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                out = {"case": {"family": case["family"]["name"]}, "ok": False, "stage": "child", **_error(exc)}
+                code = 1
+            with os.fdopen(write, "w") as f:
+                f.write(json.dumps(out, default=str))
+            os._exit(code)
+        os.close(write)
+        children[read] = (rank, pid)
+    data: dict[int, list[bytes]] = {rank: [] for rank, _ in children.values()}
+    done: dict[int, dict[str, Any]] = {}
+    selector = selectors.DefaultSelector()
+    for fd in children:
+        selector.register(fd, selectors.EVENT_READ)
+    deadline: float | None = None
+    while len(done) < tp:
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        events = selector.select(timeout)
+        if not events:  # a rank failed and the others did not finish: kill them
+            for fd, (rank, pid) in children.items():
+                if rank not in done:
+                    os.kill(pid, signal.SIGKILL)
+                    done[rank] = {"ok": False, "stage": "killed",
+                                  "error": f"rank {rank} killed: another rank failed and it did not finish"}
+                    selector.unregister(fd)
+            break
+        for key, _ in events:
+            rank, pid = children[key.fd]
+            chunk = os.read(key.fd, 1 << 16)
+            if chunk:
+                data[rank].append(chunk)
+                continue
+            selector.unregister(key.fd)
+            text = b"".join(data[rank]).decode()
+            done[rank] = json.loads(text) if text else {"ok": False, "stage": "child",
+                                                         "error": f"rank {rank} died without a report"}
+            if not done[rank].get("ok") and deadline is None:
+                deadline = time.monotonic() + 60
+    for fd, (_, pid) in children.items():
+        os.waitpid(pid, 0)
+        os.close(fd)
+    ranks = [done[r] for r in range(tp)]
+    failed = next((r for r in ranks if not r.get("ok")), None)
+    return {
+        "case": {k: v for k, v in case.items() if k != "family"} | {"family": case["family"]["name"]},
+        "ok": failed is None,
+        "stage": None if failed is None else failed.get("stage"),
+        "error": None if failed is None else failed.get("error"),
+        "ranks": ranks,
+    }
+
+
 def run_cases(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each case in a fork of this (prepared) interpreter; results in order."""
+    """Each case in a fork of this (prepared) interpreter; results in order, each with
+    the wall time its case took (``seconds``)."""
+    import time
+
     results = []
     if os.environ.get("FP4GRAPH_MODELS_NO_FORK"):  # debugging: one case, in-process
         return [run_case(case) for case in cases]
     for case in cases:
+        start = time.monotonic()
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the case
@@ -863,12 +1214,12 @@ def run_cases(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not data:
             data = json.dumps({"case": {"family": case["family"]["name"]}, "ok": False, "stage": "child",
                                "error": f"case process died (wait status {status})"})
-        results.append(json.loads(data))
+        results.append(json.loads(data) | {"seconds": round(time.monotonic() - start, 1)})
     return results
 
 
 def main(request_json: str) -> None:
     request = json.loads(request_json)
-    prepare(request.get("record"), installed=request.get("installed", False))
+    prepare(request.get("record"), request.get("gpu", "sm120"), installed=request.get("installed", False))
     results = run_cases(request["cases"])
     stand_ins.report("MODELS", results)

@@ -49,8 +49,8 @@ SHAPES = {
 }
 
 
-def prepare() -> None:
-    sgsim.prepare()
+def prepare(gpu: str = "sm120") -> None:
+    sgsim.prepare(gpu)
     import torch.utils._triton
 
     # Dynamo wraps Triton kernels (the indexer's act_quant) as a Triton HOP only when a
@@ -90,7 +90,7 @@ def prepare() -> None:
 
     # deep_gemm is not importable on a CPU; the indexer reads the SM count at init.
     nsa_indexer.deep_gemm = types.SimpleNamespace(
-        get_num_sms=lambda: simulate.SM120.multi_processor_count
+        get_num_sms=lambda: simulate.GPUS[gpu].multi_processor_count
     )
 
 

@@ -93,24 +93,35 @@ def case(
     moe_runner_backend: str = "auto",
     cuda_graph: bool = True,
     replay_tokens: int | None = None,
+    tp_size: int = 1,
     **server_args: Any,
 ) -> dict[str, Any]:
     """A case of the matrix; ``replay_tokens``: after capture, replay the piecewise graphs
-    once for an extend batch of that many tokens (padded to the next capture size)."""
+    once for an extend batch of that many tokens (padded to the next capture size);
+    ``tp_size`` > 1: one process per rank (:func:`modelsim.run_ranks`), each also running
+    the eager forwards its replay is compared with."""
     return {
-        "family": families.row(family),
+        "family": families.row(family, tp=tp_size),
         "moe_runner_backend": moe_runner_backend,
         "cuda_graph": cuda_graph,
         "replay_tokens": replay_tokens,
+        "tp_size": tp_size,
         "server_args": server_args,
     }
 
 
 def run(
-    wheel_tree: TreeGetter, target: SglangStack, *, patched: bool, cases: Sequence[dict[str, Any]], timeout: float = 1800
+    wheel_tree: TreeGetter,
+    target: SglangStack,
+    *,
+    patched: bool,
+    cases: Sequence[dict[str, Any]],
+    timeout: float = 1800,
+    gpu: str = "sm120",
 ) -> list[dict[str, Any]]:
+    """Every case on a simulated ``gpu`` (a key of ``fp4graph.verify.simulate.GPUS``)."""
     path, record = trees(wheel_tree, target, patched=patched, cases=cases)
-    request = {"record": str(record), "cases": list(cases)}
+    request = {"record": str(record), "cases": list(cases), "gpu": gpu}
     code = f"import modelsim\nmodelsim.main({json.dumps(request)!r})\n"
     result = run_python(code, path=path, timeout=timeout)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("MODELS ")]
@@ -154,6 +165,7 @@ def run_code(
     body: str,
     cases: Sequence[dict[str, Any]] = (),
     timeout: float = 1800,
+    gpu: str = "sm120",
 ) -> dict[str, Any]:
     """``body`` after ``modelsim.prepare()``, with ``CASES`` (the ``cases`` given) in
     scope; it reports with ``stand_ins.report("RESULT", data)``.  For example::
@@ -169,7 +181,7 @@ def run_code(
     path, record = trees(wheel_tree, target, patched=patched, cases=cases)
     code = (
         "import json, modelsim, stand_ins\n"
-        f"modelsim.prepare({str(record)!r})\n"
+        f"modelsim.prepare({str(record)!r}, {gpu!r})\n"
         f"CASES = json.loads({json.dumps(list(cases))!r})\n"
     ) + textwrap.dedent(body)
     result = run_python(code, path=path, timeout=timeout)

@@ -15,6 +15,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import collectives
 import torch
 
 # --- sgl_kernel's compiled library --------------------------------------------------
@@ -141,6 +142,10 @@ RETURNS: dict[str, dict[str, Callable[..., Any]]] = {
         "fp8_paged_mqa_logits": _paged_mqa_logits,
     },
 }
+RETURNS["sgl_kernel"].update(collectives.RETURNS)
+# Ops writing into their ``Tensor!`` outputs that do more than nothing: the custom
+# all-reduce kernel runs its collective (tests/models/collectives.py).
+WRITES: dict[str, dict[str, Callable[..., Any]]] = {"sgl_kernel": dict(collectives.WRITES)}
 # Ops without tensor arguments (no device to dispatch on): the device's answer.
 NO_TENSOR_OPS: dict[str, dict[str, Callable[..., Any]]] = {
     "deep_gemm": {
@@ -150,6 +155,7 @@ NO_TENSOR_OPS: dict[str, dict[str, Callable[..., Any]]] = {
         "get_compile_mode": lambda: 0,
         "set_compile_mode": lambda mode: None,
     },
+    "sgl_kernel": dict(collectives.NO_TENSOR_OPS),
 }
 
 
@@ -176,7 +182,7 @@ def _meta_kernel(namespace: str, name: str, returns_nothing: bool) -> Callable[.
         return kernel
 
     if returns_nothing:
-        return recorded(lambda *args, **kwargs: None)
+        return recorded(WRITES.get(namespace, {}).get(name, lambda *args, **kwargs: None))
     if name in RETURNS.get(namespace, {}):
         return recorded(RETURNS[namespace][name])
 
@@ -219,7 +225,9 @@ def install_sgl_kernel_ops(record: dict[str, Any]) -> types.ModuleType:
     """
     namespace = record["namespace"]
     meta: dict[str, torch.library.Library] = {}
-    definitions = [_define(namespace, record["schemas"], meta)]
+    recorded = {torch._C.parse_schema(s).name for s in record["schemas"]}
+    inferred = [s for s in collectives.INFERRED_SCHEMAS if torch._C.parse_schema(s).name not in recorded]
+    definitions = [_define(namespace, [*record["schemas"], *inferred], meta)]
     for extra in record.get("extra_libraries", []):
         definitions.append(_define(extra["namespace"], extra["schemas"], meta))
         library = types.ModuleType(extra["module"])
@@ -411,13 +419,19 @@ def record_cuda_bodies() -> None:
     torch.library.Library.impl = impl_  # type: ignore[method-assign]
 
 
-def run_split_op_bodies(split_ops: list[str]) -> list[str]:
+def run_split_op_bodies(split_ops: list[str], calls: list[str] | None = None) -> list[str]:
     """A split op called eagerly on fake CUDA tensors runs its CUDA implementation (the
     Python body sglang registered), as the piecewise backend runs it between captured
     pieces on a GPU; inside a trace (Dynamo, AOTAutograd) its fake runs as before.
     Without this, FakeTensorMode would answer every call with the op's fake and the
     body (the attention backend call, the NSA indexer's k-cache store and top-k) would
-    never run.  Returns the ops so wired."""
+    never run.  sglang's collective ops (``outplace_all_reduce`` & co.) are wired the
+    same way: run eagerly (a piece's warm-up and capture runs, an eager forward) their
+    body picks the path (custom all-reduce, pynccl, torch.distributed) and ends in a
+    stand-in kernel.  Each eager call is appended to ``calls`` (default
+    :data:`SPLIT_OP_CALLS`).  Returns the ops so wired."""
+    if calls is None:
+        calls = SPLIT_OP_CALLS
     from torch._library import simple_registry
 
     wired = []
@@ -429,10 +443,11 @@ def run_split_op_bodies(split_ops: list[str]) -> list[str]:
             continue
         fake = kernel.func
 
-        def fake_or_body(*args: Any, _fake: Any = fake, _body: Any = body, _name: str = name, **kwargs: Any) -> Any:
+        def fake_or_body(*args: Any, _fake: Any = fake, _body: Any = body, _name: str = name,
+                         _calls: list[str] = calls, **kwargs: Any) -> Any:
             if torch._guards.TracingContext.try_get() is not None:
                 return _fake(*args, **kwargs)
-            SPLIT_OP_CALLS.append(_name)
+            _calls.append(_name)
             return _body(*args, **kwargs)
 
         fake_or_body._runs_body = True  # type: ignore[attr-defined]
@@ -448,7 +463,10 @@ class Stream:
     """torch.cuda.Stream / Event on a machine without a CUDA runtime."""
 
     cuda_stream = 0
-    device = torch.device("cuda", 0)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cuda", torch.cuda.current_device())
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
@@ -482,10 +500,13 @@ class Stream:
 
 
 class CUDAGraph:
-    """A CUDA graph that captures nothing: the body ran on fake tensors."""
+    """A CUDA graph that captures nothing but the collectives run in its capture: the body
+    ran on fake tensors; a replay runs those collectives again (gloo, the real thing
+    across ranks), as a replay on GPUs runs the NCCL / custom all-reduce kernels it holds."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.captured = False
+        self.collectives: list[collectives.Collective] = []
 
     def capture_begin(self, *args: Any, **kwargs: Any) -> None:
         pass
@@ -494,10 +515,10 @@ class CUDAGraph:
         self.captured = True
 
     def replay(self) -> None:
-        pass
+        collectives.replay(self.collectives)
 
     def reset(self) -> None:
-        pass
+        self.collectives = []
 
     def pool(self) -> tuple[int, int]:
         return (0, 0)
@@ -517,14 +538,21 @@ class graph:
 
     def __enter__(self) -> None:
         _capturing.append(True)
+        self.start = len(collectives.LOG)
 
     def __exit__(self, *exc: Any) -> None:
         _capturing.pop()
+        self.cuda_graph.collectives = [c for c in collectives.LOG[self.start :] if c.phase == "captured"]
         self.cuda_graph.capture_end()
         CAPTURES.append("graph")
 
 
 _capturing: list[bool] = [False]
+
+
+def is_capturing() -> bool:
+    """Whether a (stand-in) CUDA graph is capturing on the current stream."""
+    return _capturing[-1]
 
 
 @contextlib.contextmanager
@@ -660,7 +688,6 @@ def install_cuda_runtime(total_memory: int) -> None:
     cuda.default_stream = lambda device=None: Stream()  # type: ignore[assignment]
     cuda.set_stream = lambda stream: None  # type: ignore[assignment]
     cuda.synchronize = lambda device=None: None  # type: ignore[assignment]
-    cuda.set_device = lambda device: None  # type: ignore[assignment]
     cuda.empty_cache = lambda: None  # type: ignore[assignment]
     cuda.graph_pool_handle = lambda: (0, 0)  # type: ignore[assignment]
     cuda.is_current_stream_capturing = lambda: _capturing[-1]  # type: ignore[assignment]
@@ -672,7 +699,7 @@ def install_cuda_runtime(total_memory: int) -> None:
     # torch >= 2.10: Dynamo starts every trace from torch.accelerator's current stream.
     if hasattr(torch, "accelerator"):
         torch.accelerator.current_stream = lambda device=None: Stream()  # type: ignore[assignment]
-        torch.accelerator.current_device_index = lambda: 0  # type: ignore[assignment]
+        torch.accelerator.current_device_index = torch.cuda.current_device  # type: ignore[assignment]
     # Dynamo saves and restores the device RNG state around every compile.
     cuda.get_rng_state = lambda device="cuda": torch.zeros(16, dtype=torch.uint8)  # type: ignore[assignment]
     cuda.set_rng_state = lambda state, device="cuda": None  # type: ignore[assignment]
@@ -683,7 +710,7 @@ def install_cuda_runtime(total_memory: int) -> None:
 NVIDIA_SMI = """#!/bin/sh
 # nvidia-smi of one simulated {name} (the queries sglang makes).
 case "$*" in
-  *memory.total*) echo {memory_mib} ;;
+  *memory.total*) echo {memory} ;;
   *compute_cap*) echo {major}.{minor} ;;
   *--list-gpus*) echo "GPU 0: {name} (UUID: GPU-00000000-0000-0000-0000-000000000000)" ;;
   *) echo "nvidia-smi stand-in: unsupported query: $*" >&2; exit 2 ;;
@@ -698,26 +725,31 @@ def install_nvidia_smi(bin_dir: str, gpu: Any) -> None:
 
     path = pathlib.Path(bin_dir) / "nvidia-smi"
     major, minor = gpu.capability
-    path.write_text(
-        NVIDIA_SMI.format(name=gpu.name, memory_mib=gpu.total_memory >> 20, major=major, minor=minor)
-    )
+    # A GPU without memory of its own (GB10: unified memory) reports none.
+    memory = "[N/A]" if gpu.integrated else str(gpu.total_memory >> 20)
+    path.write_text(NVIDIA_SMI.format(name=gpu.name, memory=memory, major=major, minor=minor))
     path.chmod(0o755)
     os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def install_host_collectives() -> None:
-    """The gloo world of size 1 runs its barriers for real, outside FakeTensorMode
-    (torch 2.9 builds the barrier's tensor in the active mode, then refuses it)."""
+    """The gloo world runs its host collectives for real, outside FakeTensorMode: barriers
+    (torch 2.9 builds the barrier's tensor in the active mode, then refuses it) and the
+    object collectives sglang's communicators exchange handles with (the pickled bytes
+    are host tensors, which the mode would make fakes without data)."""
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    barrier = dist.barrier
+    def outside_fake_mode(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with unset_fake_temporarily():
+                return fn(*args, **kwargs)
 
-    def barrier_(*args: Any, **kwargs: Any) -> Any:
-        with unset_fake_temporarily():
-            return barrier(*args, **kwargs)
+        call.__wrapped__ = fn  # type: ignore[attr-defined]
+        return call
 
-    dist.barrier = barrier_  # type: ignore[assignment]
+    for name in ("barrier", "broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list"):
+        setattr(dist, name, outside_fake_mode(getattr(dist, name)))
 
 
 def report(tag: str, data: Any) -> None:

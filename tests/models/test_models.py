@@ -26,6 +26,11 @@ of every size, a replay), so CI runs only :data:`NSA_CI_FAMILY` on :data:`CI_STA
 patched in the default start order and pristine once; ``nox -s tracing`` runs every
 NSA case on every stack.  These rows trace with CPU torch (``nox -s tests``) as well
 as with the stacks' CUDA torch pins (``nox -s tracing``).
+
+The simulated GPU is the RTX PRO 6000 (SM120) unless a case names another SM12x GPU
+(``-sm121`` in its id: the DGX Spark's GB10, compute capability 12.1, 48 SMs, unified
+memory).  The full tier runs the whole matrix on each of them; CI none on GB10 (its
+GB10 subset is tests/sglang's call-site check: a whole-model case costs about 90 s).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import pytest
 
 import families
 import simulation
-from harness.targets import full_matrix
+from harness.targets import full_matrix, sm12x_gpus
 
 SEED_ERROR = "Attempted to call function marked as skipped"
 FP4_QUANTIZE = "sglang.flashinfer_fp4_quantize"
@@ -62,6 +67,8 @@ CI_STACK = "sglang-0.5.9"  # the seed user's release, and the one with the most 
 EVERY_STACK_FAMILY = "deepseek-v3-no-fusion"  # MLA + flashinfer-routed MoE: the widest path
 NSA_CI_FAMILY = "glm5"  # the seed user's model
 FULL = full_matrix()
+# Every SM12x GPU the simulation knows (SM120: RTX PRO 6000; SM121: DGX Spark's GB10).
+SIMULATED_GPUS = sm12x_gpus()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,11 +76,13 @@ class Case:
     family: str
     moe_runner_backend: str = "auto"
     cuda_graph: bool = True
+    gpu: str = "sm120"  # a key of fp4graph.verify.simulate.GPUS
 
     @property
     def id(self) -> str:
         order = "cuda-graph" if self.cuda_graph else "no-cuda-graph"
-        return f"{self.family}-{self.moe_runner_backend}-{order}"
+        gpu = "" if self.gpu == "sm120" else f"-{self.gpu}"
+        return f"{self.family}-{self.moe_runner_backend}-{order}{gpu}"
 
     def request(self) -> dict[str, Any]:
         return simulation.case(
@@ -84,19 +93,20 @@ class Case:
         )
 
 
-def full_matrix(sglang: str) -> list[Case]:
+
+def full_matrix(sglang: str, gpu: str = "sm120") -> list[Case]:
     out = []
     for family in (f for f in families.names() if families.runs_on(f, sglang)):
         backends = ["auto", "flashinfer_cutlass"] if families.ROWS[family]["kind"] == "moe" else ["auto"]
         for backend in backends:
             for cuda_graph in (True, False):
-                out.append(Case(family, backend, cuda_graph))
+                out.append(Case(family, backend, cuda_graph, gpu))
     return out
 
 
 def matrix(stack_name: str, patched: bool) -> list[Case]:
     if FULL:
-        return full_matrix(simulation.stack(stack_name).sglang)
+        return [c for gpu in SIMULATED_GPUS for c in full_matrix(simulation.stack(stack_name).sglang, gpu)]
     ci = stack_name == CI_STACK or CI_STACK not in [s.name for s in simulation.sglang_stacks()]
     if not ci:
         orders = (True, False) if patched else (False,)
@@ -184,29 +194,31 @@ PARAMS = [
     for case in matrix(stack.name, patched)
 ]
 
-_RESULTS: dict[tuple[str, bool], dict[str, dict[str, Any]]] = {}
+_RESULTS: dict[tuple[str, bool, str], dict[str, dict[str, Any]]] = {}
 
 
-def selected_cases(session: pytest.Session, stack: simulation.SglangStack, patched: bool) -> list[Case]:
-    """The cases of (``stack``, ``patched``) this session runs (``-k`` narrows them)."""
+def selected_cases(session: pytest.Session, stack: simulation.SglangStack, patched: bool, gpu: str) -> list[Case]:
+    """The cases of (``stack``, ``patched``, ``gpu``) this session runs (``-k`` narrows them)."""
     out = []
     for item in session.items:
         params = getattr(item, "callspec", None)
         params = params.params if params is not None else {}
-        if params.get("stack") == stack and params.get("patched") is patched:
-            out.append(params["case"])
+        case = params.get("case")
+        if params.get("stack") == stack and params.get("patched") is patched and getattr(case, "gpu", None) == gpu:
+            out.append(case)
     return out
 
 
 def result(
     request: pytest.FixtureRequest, wheel_tree: Any, stack: simulation.SglangStack, patched: bool, case: Case
 ) -> dict[str, Any]:
-    """The report of ``case``; the first call for a (stack, patched) pair runs all the
-    selected cases of that pair in one child."""
-    key = (stack.name, patched)
+    """The report of ``case``; the first call for a (stack, patched, GPU) runs all the
+    selected cases of that triple in one child."""
+    key = (stack.name, patched, case.gpu)
     if key not in _RESULTS:
-        cases = selected_cases(request.session, stack, patched) or [case]
-        reports = simulation.run(wheel_tree, stack, patched=patched, cases=[c.request() for c in cases])
+        cases = selected_cases(request.session, stack, patched, case.gpu) or [case]
+        reports = simulation.run(wheel_tree, stack, patched=patched, cases=[c.request() for c in cases],
+                                 gpu=case.gpu)
         _RESULTS[key] = {c.id: r for c, r in zip(cases, reports, strict=True)}
     return _RESULTS[key][case.id]
 

@@ -35,7 +35,7 @@ import torch
 
 from fp4graph.model.series import load_series
 from harness.child import run_python, tail
-from harness.targets import full_matrix, sglang_targets, versions_with_topic
+from harness.targets import full_matrix, sglang_targets, sm12x_gpus, versions_with_topic
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -104,16 +104,18 @@ def nsa_trees(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 TRACE = """
 import json
-nsa_sim.prepare()
+nsa_sim.prepare({gpu!r})
 print("NSA " + json.dumps(nsa_sim.trace_block({static}, {real}, {arch!r})))
 """
+# GB10 (SM121) beside SM120 in the full tier (nox -s tracing, where these run).
+GPUS = sm12x_gpus() if full_matrix() else ["sm120"]
 
 
 @needs_cuda_torch
 @pytest.mark.parametrize("version", TARGETS)
 def test_without_backport_fails_at_the_indexer(nsa_trees: Any, version: str) -> None:
     """The fp4 series alone: Dynamo stops at Indexer.forward_cuda's seq_lens_cpu.max().item()."""
-    result = run_child(TRACE.format(static=16, real=16, arch=ARCHS[0]), *nsa_trees(version, False))
+    result = run_child(TRACE.format(static=16, real=16, arch=ARCHS[0], gpu="sm120"), *nsa_trees(version, False))
     assert not result["ok"], result
     assert "Could not guard on data-dependent expression" in result["error"], result
     assert "<= 2048" in result["error"], result
@@ -137,10 +139,11 @@ def assert_nsa_pieces(result: dict[str, Any]) -> None:
 
 
 @needs_cuda_torch
+@pytest.mark.parametrize("gpu", GPUS)
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("version", TARGETS)
-def test_backport_traces_with_the_indexer_in_a_split_op(nsa_trees: Any, version: str, arch: str) -> None:
-    result = run_child(TRACE.format(static=16, real=16, arch=arch), *nsa_trees(version, True))
+def test_backport_traces_with_the_indexer_in_a_split_op(nsa_trees: Any, version: str, arch: str, gpu: str) -> None:
+    result = run_child(TRACE.format(static=16, real=16, arch=arch, gpu=gpu), *nsa_trees(version, True))
     assert_nsa_pieces(result)
     assert result["out"] == [[16, 256], "torch.bfloat16"]
 
@@ -149,7 +152,7 @@ def test_backport_traces_with_the_indexer_in_a_split_op(nsa_trees: Any, version:
 @pytest.mark.parametrize("version", TARGETS)
 def test_backport_traces_a_padded_replay_batch(nsa_trees: Any, version: str) -> None:
     """A replay batch: static buffers of 16 tokens, 11 real ones (extend_num_tokens)."""
-    assert_nsa_pieces(run_child(TRACE.format(static=16, real=11, arch=ARCHS[0]), *nsa_trees(version, True)))
+    assert_nsa_pieces(run_child(TRACE.format(static=16, real=11, arch=ARCHS[0], gpu="sm120"), *nsa_trees(version, True)))
 
 
 SCHEMA = """

@@ -71,3 +71,67 @@ def test_fake_cuda_indexing_has_host_shapes() -> None:
     assert result.returncode == 0 and lines, tail(result)
     for name, (got, want, device) in json.loads(lines[-1][len("RESULT ") :]).items():
         assert got == want and device == "cuda", name
+
+
+COLLECTIVES = """
+import json, os, socket, sys
+import torch, torch.distributed as dist
+import collectives
+
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+SCHEDULES = {"same": [[("custom_ar", "all_reduce", 8), ("nccl", "all_gather", 4), ("nccl", "broadcast", 3),
+                       ("torch.distributed", "reduce_scatter", 2)]] * 2,
+             "differ": [[("custom_ar", "all_reduce", 8)], [("custom_ar", "all_reduce", 16)]]}
+schedules = SCHEDULES[sys.argv[1] if len(sys.argv) > 1 else os.environ["SCHEDULE"]]
+pids = []
+for rank in range(2):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=2, rank=rank)
+        out = []
+        for via, kind, count in schedules[rank]:
+            try:
+                collectives.run(via, kind, count, torch.bfloat16)
+                out.append("ok")
+            except collectives.ScheduleMismatch as exc:
+                out.append("mismatch: " + str(exc))
+        out.append([c.key() for c in collectives.LOG])
+        os.write(write, json.dumps(out).encode())
+        os._exit(0)
+    os.close(write)
+    pids.append((pid, read))
+results = []
+for pid, read in pids:
+    results.append(json.loads(os.read(read, 1 << 20)))
+    os.waitpid(pid, 0)
+nvml = collectives.nvml_module()
+status = nvml.nvmlDeviceGetP2PStatus(nvml.nvmlDeviceGetHandleByIndex(0), nvml.nvmlDeviceGetHandleByIndex(1),
+                                     nvml.NVML_P2P_CAPS_INDEX_NVLINK)
+print("RESULT " + json.dumps({"ranks": results, "nvlink": status == nvml.NVML_P2P_STATUS_OK}))
+"""
+
+
+@pytest.mark.parametrize("schedule", ["same", "differ"])
+def test_collectives_run_through_gloo_and_check_the_schedule(schedule: str) -> None:
+    """Every collective a stand-in kernel runs goes through a real gloo world (each rank's
+    placeholder checked on arrival); ranks about to run different collectives fail,
+    naming both, where NCCL would hang.  NVML answers a PCIe box: no NVLink."""
+    result = run_python(COLLECTIVES, path=[HERE], env={"SCHEDULE": schedule})
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert result.returncode == 0 and lines, tail(result)
+    data = json.loads(lines[-1][len("RESULT ") :])
+    assert data["nvlink"] is False
+    for out in data["ranks"]:
+        *verdicts, log = out
+        if schedule == "same":
+            assert verdicts == ["ok"] * 4, out
+            assert log == [["custom_ar", "all_reduce", 8, "bfloat16"], ["nccl", "all_gather", 4, "bfloat16"],
+                           ["nccl", "broadcast", 3, "bfloat16"],
+                           ["torch.distributed", "reduce_scatter", 2, "bfloat16"]], out
+        else:
+            assert len(verdicts) == 1 and verdicts[0].startswith("mismatch"), out
+            assert "of 8 torch.bfloat16" in verdicts[0] and "of 16 torch.bfloat16" in verdicts[0], out

@@ -1,8 +1,9 @@
-"""SGLang's NVFP4 layers under piecewise CUDA graph, simulated on SM120 (CPU only).
+"""SGLang's NVFP4 layers under piecewise CUDA graph, simulated on SM120 and SM121 (CPU only).
 
 Each case runs in a fresh interpreter (tests/harness/child.py) with the
 sglang and flashinfer wheel trees first on the path and the device reported
-as an SM120 GPU before sglang is imported.  The forward is traced through
+as an SM120 GPU (or, where a case says so, a DGX Spark's GB10, SM121) before sglang
+is imported.  The forward is traced through
 sglang's own piecewise entry (install_torch_compiled, fullgraph=True, dynamic
 token dimension) and split at sglang's registered split ops.
 """
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 
 from harness.child import run_python, tail
-from harness.targets import sglang_targets, versions_with_topic
+from harness.targets import full_matrix, sglang_targets, sm12x_gpus, versions_with_topic
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -31,14 +32,29 @@ SEED_ERROR = "Attempted to call function marked as skipped"
 FP4_QUANT = "sglang.flashinfer_fp4_quantize"
 # The targets whose series turn piecewise off for NSA models (Topic: nsa-piecewise-off).
 NSA_OFF = [v for v in versions_with_topic("sglang", "nsa-piecewise-off") if v in TARGETS]
+# The simulated SM12x GPUs: SM120 for every target; GB10 (SM121) for every target in the
+# full tier (FP4GRAPH_MODELS=full), and in CI for the call sites of the seed's release.
+SEED_VERSION = "0.5.9"
+
+
+def gpu_targets(ci_sm121: bool = False) -> list[Any]:
+    return [
+        pytest.param(version, gpu, id=f"{version}-{gpu}" if gpu != "sm120" else version)
+        for version in TARGETS
+        for gpu in sm12x_gpus()
+        if gpu == "sm120" or full_matrix() or (ci_sm121 and version == SEED_VERSION)
+    ]
+
+
+GPU_TARGETS = gpu_targets()
 
 
 def has_series(project: str, version: str) -> bool:
     return (REPO / "patches" / project / version / "series").is_file()
 
 
-def run_sim(body: str, *trees: pathlib.Path) -> dict[str, Any]:
-    code = "import sgsim\nsgsim.prepare()\nimport torch\n" + textwrap.dedent(body)
+def run_sim(body: str, *trees: pathlib.Path, gpu: str = "sm120") -> dict[str, Any]:
+    code = f"import sgsim\nsgsim.prepare({gpu!r})\nimport torch\n" + textwrap.dedent(body)
     result = run_python(code, path=[*trees, HARNESS])
     lines = [line for line in result.stdout.splitlines() if line.startswith("SGSIM ")]
     assert lines, tail(result)
@@ -93,21 +109,21 @@ def test_pristine_fails_with_seed_error(wheel_tree: Any, version: str) -> None:
 
 
 @pytest.mark.parametrize("fi_patched", [False, True], ids=["pristine-flashinfer", "patched-flashinfer"])
-@pytest.mark.parametrize("version", TARGETS)
-def test_patched_traces_fullgraph(wheel_tree: Any, version: str, fi_patched: bool) -> None:
+@pytest.mark.parametrize(("version", "gpu"), GPU_TARGETS)
+def test_patched_traces_fullgraph(wheel_tree: Any, version: str, gpu: str, fi_patched: bool) -> None:
     if fi_patched and not has_series("flashinfer-python", TARGETS[version]):
         pytest.skip(f"patches/flashinfer-python/{TARGETS[version]}/series does not exist yet")
     trees = trees_for(wheel_tree, version, patched=True, fi_patched=fi_patched)
-    result = run_sim(TRACE_BLOCK, *trees)
+    result = run_sim(TRACE_BLOCK, *trees, gpu=gpu)
     assert_fp4_in_pieces(result)
     # fp4 linear, attention (split point), fp4 linear: three pieces.
     assert [p["split"] for p in result["graphs"][0]] == [False, True, False], result
     assert result["out"] == [[8, 256], "torch.bfloat16"]
 
 
-@pytest.mark.parametrize("version", TARGETS)
-def test_patched_moe_path_traces(wheel_tree: Any, version: str) -> None:
-    result = run_sim(TRACE_MOE, *trees_for(wheel_tree, version, patched=True))
+@pytest.mark.parametrize(("version", "gpu"), GPU_TARGETS)
+def test_patched_moe_path_traces(wheel_tree: Any, version: str, gpu: str) -> None:
+    result = run_sim(TRACE_MOE, *trees_for(wheel_tree, version, patched=True), gpu=gpu)
     assert result["ok"], result.get("error_text")
     assert result["graph_breaks"] == 0, result
     ops = [op for piece in result["graphs"][0] for op in piece["ops"]]
@@ -136,9 +152,11 @@ sgsim.report({name: fn is op for name, fn in sites.items()} | {"op": str(op)})
 """
 
 
-@pytest.mark.parametrize("version", TARGETS)
-def test_sm120_call_sites_use_the_op(wheel_tree: Any, version: str) -> None:
-    result = run_sim(MOE_CALL_SITES, *trees_for(wheel_tree, version, patched=True))
+@pytest.mark.parametrize(("version", "gpu"), gpu_targets(ci_sm121=True))
+def test_sm120_call_sites_use_the_op(wheel_tree: Any, version: str, gpu: str) -> None:
+    """On every SM12x GPU (sglang's is_sm120_supported: capability major 12) the fp4 call
+    sites go through the series' op."""
+    result = run_sim(MOE_CALL_SITES, *trees_for(wheel_tree, version, patched=True), gpu=gpu)
     assert result.pop("op") == "sglang.flashinfer_fp4_quantize"
     assert all(result.values()), result
 

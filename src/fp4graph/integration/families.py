@@ -99,6 +99,22 @@ class Family:
 
         return self.min_sglang is None or Version(version) >= Version(self.min_sglang)
 
+    def shards_at(self, tp: int, size: Size = Size.SERVE) -> bool:
+        """Whether this size of the model splits over ``tp`` ranks as sglang's tensor
+        parallel layers need: whole attention heads per rank and, for MoE, each rank's
+        gated experts with a multiple of :data:`MOE_ROWS_ALIGNMENT` rows."""
+        c = self.config(size)
+        if tp < 1 or c["num_attention_heads"] % tp:
+            return False
+        if not self.moe:
+            return True
+        inter: int = c["moe_intermediate_size"]
+        return inter % tp == 0 and (2 * inter // tp) % MOE_ROWS_ALIGNMENT == 0
+
+    def max_tp(self, size: Size = Size.SERVE, limit: int = 8) -> int:
+        """The largest tensor-parallel size up to ``limit`` the checkpoint of ``size`` shards at."""
+        return max(tp for tp in range(1, limit + 1) if self.shards_at(tp, size))
+
     def config(self, size: Size = Size.SERVE) -> dict[str, Any]:
         cfg: dict[str, Any] = {"architectures": [self.architecture], "model_type": self.model_type}
         cfg.update(COMMON)
@@ -122,6 +138,12 @@ class Family:
     def is_excluded(self, module: str, config: Mapping[str, Any]) -> bool:
         return any(fnmatch.fnmatchcase(module, p) for p in self.exclude_modules(config))
 
+
+# sglang's NVFP4 MoE (modelopt_quant.py, ModelOptNvFp4FusedMoEMethod, CUTLASS path) pads a
+# rank's swizzled w13 block scales to 128 rows and refuses to pad gated experts: the rank's
+# 2 x moe_intermediate_size / tp rows must be a multiple of 128 already (the published
+# NVFP4 models meet it at --tp 8: GLM-5, DeepSeek-V3 2 x 2048 / 8 = 512).
+MOE_ROWS_ALIGNMENT = 128
 
 # Tokenizer-dependent keys (the byte-level tokenizer of checkpoint.py) and common defaults.
 COMMON: dict[str, Any] = {
@@ -408,7 +430,10 @@ GLM5 = Family(
         "attention_dropout": 0.0,
     },
     sizes={
-        Size.SERVE: {**_MLA_SERVE, "num_attention_heads": 64, "num_key_value_heads": 64},
+        # moe_intermediate_size 1024: the seed's --tp 8 gives each rank 128 of it (2 x 128
+        # rows of w13), as the published GLM-5's rank gets 256.
+        Size.SERVE: {**_MLA_SERVE, "num_attention_heads": 64, "num_key_value_heads": 64,
+                     "moe_intermediate_size": 1024},
         Size.TEST: {**_MLA_TEST, "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": 128,
                     "index_n_heads": 4},
     },

@@ -12,7 +12,7 @@ import sys
 from ..model.config import default_cache_dir, find_checkout
 from ..model.errors import ConfigError
 from . import benchmark, flags, plan
-from .families import FAMILIES, Family, by_architecture
+from .families import FAMILIES, MOE_ROWS_ALIGNMENT, Family, by_architecture
 from .matrix import Cell, Fusion, Selection, StartOrder
 
 SRC = pathlib.Path(__file__).resolve().parents[2]  # .../src, put on the venv's PYTHONPATH
@@ -117,13 +117,32 @@ def user_family(model_path: pathlib.Path) -> Family:
     return family
 
 
+# The seed's deployment: GLM-5-NVFP4 on 8 RTX PRO 6000 over PCIe, --tp 8, --disable-cuda-graph
+# with piecewise on.  A run at this TP selecting neither families nor start orders runs it.
+SEED_TP = 8
+SEED_FAMILY = "glm5"
+
+
 def selected_cells(options: IntegrationOptions, sglang_version: str | None = None) -> list[Cell]:
     chosen = options.selection(sglang_version)
     if options.model_path is not None:
         if options.families:
             raise ConfigError("--family selects generated checkpoints; --model-path brings its own")
         return chosen.cells(only=user_family(options.model_path))
-    return chosen.cells()
+    if options.tp >= SEED_TP and not (options.families or options.start_orders) and (
+        FAMILIES[SEED_FAMILY] in chosen.available()
+    ):
+        chosen = dataclasses.replace(chosen, families=(SEED_FAMILY,), start_orders=(StartOrder.NO_CUDA_GRAPH,))
+    cells = chosen.cells()
+    if too_wide := sorted({c.family.name for c in cells if not c.family.shards_at(options.tp)}):
+        raise ConfigError(
+            f"--tp {options.tp}: the generated checkpoints of {', '.join(too_wide)} do not split "
+            f"{options.tp} ways (attention heads, or each rank's NVFP4 experts in rows of "
+            f"{MOE_ROWS_ALIGNMENT}); largest --tp for each: "
+            + ", ".join(f"{n} {FAMILIES[n].max_tp()}" for n in too_wide)
+            + "; or bring a checkpoint with --model-path"
+        )
+    return cells
 
 
 def checkpoint_command(python: pathlib.Path | str, out: pathlib.Path, family: Family) -> list[str]:

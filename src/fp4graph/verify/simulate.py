@@ -4,8 +4,9 @@ Dynamo tracing is Python-level, so the SM120 failure (and our fix) can be
 traced on a machine without a GPU: tensors come from ``FakeTensorMode`` with
 ``device="cuda"``, and the device queries FlashInfer and SGLang make are
 answered here as a CUDA 12.8 build on an RTX PRO 6000 Blackwell would answer
-them.  Call :func:`install` before importing flashinfer or sglang: both pick
-their SM120 code paths at import time.
+them (or on the other GPUs of :data:`GPUS`: a DGX Spark's GB10, SM121, and a
+B200, SM100).  Call :func:`install` before importing flashinfer or sglang: both
+pick their SM12x code paths at import time.
 
 Every replacement is a plain function returning plain data (a namedtuple for
 device properties), because Dynamo cannot trace ``unittest.mock`` objects and
@@ -17,6 +18,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,6 +55,15 @@ class SimulatedGpu:
     total_memory: int
     l2_cache_size: int
     cuda_version: str = "12.8"
+    # Device memory is the system's (GB10: CPU and GPU share one LPDDR5x pool); sglang
+    # then sizes its pools from the host's available memory (get_available_gpu_memory).
+    integrated: bool = False
+
+    @property
+    def arch(self) -> str:
+        """``sm120``, ``sm121``, ``sm100``: the key of :data:`GPUS`."""
+        major, minor = self.capability
+        return f"sm{major}{minor}"
 
     def properties(self) -> DeviceProperties:
         major, minor = self.capability
@@ -67,7 +78,7 @@ class SimulatedGpu:
             max_threads_per_multi_processor=1536,
             regs_per_multiprocessor=65536,
             shared_memory_per_block_optin=101376 if major == 12 else 232448,
-            is_integrated=False,
+            is_integrated=self.integrated,
             is_multi_gpu_board=False,
             gcnArchName="",
             uuid="00000000-0000-0000-0000-000000000000",
@@ -89,12 +100,47 @@ SM100 = SimulatedGpu(
     total_memory=180 * GiB,
     l2_cache_size=126 << 20,
 )
-GPUS = {"sm120": SM120, "sm100": SM100}
+# DGX Spark: GB10 (Grace Blackwell), compute capability 12.1, 48 SMs, 128 GB of LPDDR5x
+# unified memory that device allocations share with the CPU (is_integrated); one GPU.
+SM121 = SimulatedGpu(
+    name="NVIDIA GB10",
+    capability=(12, 1),
+    multi_processor_count=48,
+    total_memory=128 * GiB,
+    l2_cache_size=24 << 20,
+    integrated=True,
+)
+GPUS = {gpu.arch: gpu for gpu in (SM120, SM121, SM100)}
+# The SM12x family (consumer / workstation Blackwell, no tcgen05): the GPUs every path the
+# series take on SM120 must also take.
+SM12X = tuple(gpu for gpu in GPUS.values() if gpu.capability[0] == 12)
 
 # torch.cuda.is_available() answers True while libraries import and pick their
 # CUDA paths, and False while Dynamo compiles: Dynamo itself saves the CUDA RNG
 # state when CUDA is available, which a CPU build cannot do.
 _available = [True]
+# The current device (torch.cuda.set_device): a process of a tensor-parallel run has its
+# rank's GPU current, and ``device="cuda"`` tensors land there.
+_current = [0]
+_device_count = [1]
+
+
+def set_device(device: Any) -> None:
+    """``torch.cuda.set_device``: an index, ``"cuda:N"`` or a ``torch.device``."""
+    index = device if isinstance(device, int) else torch.device(device).index
+    if index is None:  # "cuda": the current device
+        return
+    if not 0 <= index < _device_count[0]:
+        raise RuntimeError(f"simulated CUDA has {_device_count[0]} device(s); cannot set device {device!r}")
+    _current[0] = index
+
+
+def set_device_count(count: int) -> None:
+    """How many GPUs of the simulated kind the machine has (device 0 current)."""
+    if count < 1:
+        raise ValueError(f"a simulated machine has at least one GPU, not {count}")
+    _device_count[0] = count
+    _current[0] = 0
 
 
 @contextlib.contextmanager
@@ -123,19 +169,28 @@ def install(gpu: SimulatedGpu = SM120, *, device_count: int = 1) -> None:
     def is_available() -> bool:
         return _available[-1]
 
+    _device_count[0] = device_count
+    _current[0] = 0
+
     def get_device_count() -> int:
-        return device_count
+        return _device_count[0]
 
     def current_device() -> int:
-        return 0
+        return _current[0]
 
-    # `with torch.cuda.device(i)`: the previous device (-1 for a no-op).  Two
-    # distinct functions: Dynamo registers a handler per function object.
+    # `with torch.cuda.device(i)`: switch to i, return the previous device (-1 for a
+    # no-op).  Two distinct functions: Dynamo registers a handler per function object.
     def exchange_device(device: int) -> int:
-        return -1 if device < 0 else 0
+        if device < 0:
+            return -1
+        previous, _current[0] = _current[0], device
+        return previous
 
     def maybe_exchange_device(device: int) -> int:
-        return -1 if device < 0 else 0
+        if device < 0:
+            return -1
+        previous, _current[0] = _current[0], device
+        return previous
 
     def is_current_stream_capturing() -> bool:
         return False
@@ -152,6 +207,20 @@ def install(gpu: SimulatedGpu = SM120, *, device_count: int = 1) -> None:
     torch.cuda.is_available = is_available
     torch.cuda.device_count = get_device_count
     torch.cuda.current_device = current_device
+    torch.cuda.set_device = set_device
+    # A process that made a CUDA tensor has initialized CUDA: fake CUDA tensors without an
+    # index then land on the current device (FakeTensor._normalize_fake_device).
+    torch.cuda.is_initialized = lambda: True
+    # The current accelerator's module is CUDA's (a CPU build would answer torch.cpu).  An
+    # lru_cache like torch's own: Dynamo handles the function by its __wrapped__.
+    get_device_module = getattr(torch.get_device_module, "_simulated_from", torch.get_device_module)
+
+    def device_module(device: Any = None) -> Any:
+        return get_device_module("cuda" if device is None else device)
+
+    cached = functools.lru_cache(maxsize=None)(device_module)
+    cached._simulated_from = get_device_module  # type: ignore[attr-defined]
+    torch.get_device_module = cached
     torch.cuda._exchange_device = exchange_device
     torch.cuda._maybe_exchange_device = maybe_exchange_device
     torch.cuda.is_current_stream_capturing = is_current_stream_capturing

@@ -1,0 +1,75 @@
+"""fp4graph.verify.simulate: what CPU torch answers once it simulates a GPU.
+
+``install`` changes torch process-wide, so the checks run in one interpreter of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any
+
+from fp4graph.verify import simulate
+from harness.child import run_python, tail
+
+CHILD = """
+import json, torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from fp4graph.verify import simulate
+out = {}
+for key in ("sm120", "sm121"):
+    simulate.install(simulate.GPUS[key])
+    props = torch.cuda.get_device_properties(0)
+    out[key] = {
+        "capability": list(torch.cuda.get_device_capability()), "name": torch.cuda.get_device_name(),
+        "sms": props.multi_processor_count, "integrated": props.is_integrated,
+        "cuda": torch.version.cuda, "module": torch.get_device_module().__name__,
+    }
+# A tensor-parallel rank sets its GPU: fake CUDA tensors made for "cuda" land there.
+simulate.install(simulate.SM120, device_count=2)
+simulate.set_device(1)
+with FakeTensorMode():
+    x = torch.empty(2, device="cuda")
+with torch.cuda.device(0):
+    inside = torch.cuda.current_device()
+restored = torch.cuda.current_device()
+errors = []
+for bad in (2, "cuda:5"):
+    try:
+        torch.cuda.set_device(bad)
+    except RuntimeError as exc:
+        errors.append(str(exc))
+simulate.set_device_count(4)
+out["rank"] = {"device": str(x.device), "inside": inside, "restored": restored,
+               "after": torch.cuda.current_device(), "errors": errors, "count": torch.cuda.device_count()}
+print("OUT " + json.dumps(out))
+"""
+
+
+def _child() -> dict[str, Any]:
+    result = run_python(textwrap.dedent(CHILD))
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("OUT ")]
+    assert result.returncode == 0 and lines, tail(result)
+    data: dict[str, Any] = json.loads(lines[-1][4:])
+    return data
+
+
+def test_the_gpus_and_the_sm12x_family() -> None:
+    assert list(simulate.GPUS) == ["sm120", "sm121", "sm100"]
+    assert [g.arch for g in simulate.SM12X] == ["sm120", "sm121"]
+    gb10 = simulate.SM121
+    assert (gb10.capability, gb10.multi_processor_count, gb10.integrated) == ((12, 1), 48, True)
+    assert not simulate.SM120.integrated and simulate.SM120.properties().is_integrated is False
+
+
+def test_torch_answers_as_the_gpu_and_a_rank_has_its_gpu_current() -> None:
+    data = _child()
+    for key in ("sm120", "sm121"):
+        got, expected = data[key], simulate.GPUS[key]
+        assert got["capability"] == list(expected.capability) and got["name"] == expected.name, got
+        assert got["sms"] == expected.multi_processor_count and got["integrated"] is expected.integrated, got
+        assert got["cuda"] == "12.8" and got["module"] == "torch.cuda", got
+    rank = data["rank"]
+    assert rank["device"] == "cuda:1" and rank["inside"] == 0 and rank["restored"] == 1, rank
+    assert rank["after"] == 0 and rank["count"] == 4, rank  # a new machine: device 0 current
+    assert len(rank["errors"]) == 2 and "2 device(s)" in rank["errors"][0], rank
