@@ -25,6 +25,23 @@ def full_matrix() -> bool:
     return os.environ.get("FP4GRAPH_MODELS") == "full"
 
 
+# The seed user's stack (GLM-5-NVFP4 on RTX PRO 6000s), also the sessions' default stack.
+SEED_STACK = "sglang-0.5.9"
+
+
+def ci_versions(versions: list[str], project: str = FLASHINFER, repo: pathlib.Path = REPO) -> list[str]:
+    """The versions a matrix's secondary checks run on: all of ``versions`` in the full
+    tier; in CI the seed stack's and the newest (the two API generations a series spans at
+    most), so each check still meets the oldest and the newest code it must handle.  Every
+    version keeps its primary check (pristine fails, patched passes) in CI: said where each
+    matrix is defined."""
+    if full_matrix() or not versions:
+        return list(versions)
+    catalog = stacks.load(repo / "patches" / "stacks.toml")
+    seed = {a.version for a in catalog.stack_artifacts(catalog.stack(SEED_STACK)) if a.project == project}
+    return [v for v in versions if v in seed or v == versions[-1]] or [versions[-1]]
+
+
 def sm12x_gpus() -> list[str]:
     """The simulated SM12x GPUs (``fp4graph.verify.simulate.GPUS`` keys: ``sm120``, the RTX
     PRO 6000; ``sm121``, the DGX Spark's GB10), SM120 first: every path the series take on

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
+
 from harness import targets
 
 CATALOG = '''
@@ -71,3 +73,12 @@ def test_sm12x_gpus_are_the_simulated_family_sm120_first() -> None:
     gpus = targets.sm12x_gpus()
     assert gpus[0] == "sm120" and set(gpus) == {"sm120", "sm121"}
     assert all(simulate.GPUS[g].capability[0] == 12 for g in gpus)
+
+
+def test_ci_versions_are_the_seed_stacks_and_the_newest(monkeypatch: pytest.MonkeyPatch) -> None:
+    versions = ["0.6.1", "0.6.3", "0.6.8.post1", "0.7.4"]
+    monkeypatch.delenv("FP4GRAPH_MODELS", raising=False)
+    assert targets.ci_versions(versions) == ["0.6.3", "0.7.4"]  # sglang-0.5.9 pins 0.6.3
+    assert targets.ci_versions(["0.6.1"]) == ["0.6.1"]
+    monkeypatch.setenv("FP4GRAPH_MODELS", "full")
+    assert targets.ci_versions(versions) == versions
