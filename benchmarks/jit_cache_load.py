@@ -147,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     built = _child("build", [site], {**base, "FLASHINFER_CUDA_ARCH_LIST": args.arch,
                                      "FLASHINFER_WORKSPACE_BASE": str(build_ws)})
     report["build"] = {**built, "wall_s": time.perf_counter() - t, "cached_ops": _cached_ops(build_ws)}
-    libraries = [build_ws / p for p in report["build"]["cached_ops"]]
+    # The modules the warm-up named (it may name one as "get_fp4_quantization_module(90)").
+    names = " ".join(built.get("names") or [])
+    libraries = [build_ws / p for p in report["build"]["cached_ops"] if pathlib.Path(p).parent.name in names]
     if "crash" in built or "error" in built or len(libraries) != 1:
         return _finish(args.out, report, f"the build step failed or built {len(libraries)} modules")
 
