@@ -327,6 +327,16 @@ def test_import_runs_no_subprocess(child, version: str, gpu: str) -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
+def test_import_does_not_import_dynamo(child, version: str) -> None:
+    """`import flashinfer` leaves torch._dynamo unimported (its import costs seconds in
+    every eager process and worker); the patches import it only when something traces.
+    Pristine, in the same child, neither."""
+    for patched in (True, False):
+        dynamo = child(version, "sm120", patched, "import")["dynamo"]
+        assert dynamo == {"before": False, "after": False}, (patched, dynamo)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
 def test_arch_choice_reads_nvcc(child, version: str) -> None:
     """The SM12x arch suffix, the fp4 module choice and the compile flags read one
     source, the nvcc version, whatever torch.version.cuda says (12.8 here)."""

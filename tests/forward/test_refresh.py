@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import pathlib
+import re
 import shutil
 from collections.abc import Iterator
 
@@ -54,14 +56,67 @@ def carried(settings: Settings, tmp_path: pathlib.Path, to: str = "9.0.1") -> pa
     return tmp_path / "w" / f"to-{to}"
 
 
+def _blob(text: str) -> str:
+    data = text.encode()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def churned(text: str) -> str:
+    """The same patch as another git writes it: ``[PATCH 1/2]`` (the Subject folded),
+    full-length ``index`` blob ids, another signature, an older Last-Update."""
+    text = text.replace("Subject: [PATCH] fix(quant): quantize through the fixture op",
+                        "Subject: [PATCH 1/2] fix(quant): quantize through the\n fixture op")
+    text = text.replace("index 3229bf1..5647ae4 100644",
+                        f"index {_blob(QUANT_900)}..{_blob(FIRST_APPLIED)} 100644")
+    text = re.sub(r"Last-Update: .*", "Last-Update: 2026-01-02", text)
+    return text.replace("\n-- \nfp4graph\n", "\n-- \n2.39.5\n")
+
+
 def test_refresh_of_an_untouched_rebase_keeps_what_did_not_change(settings, tmp_path) -> None:
     repo = carried(settings, tmp_path)
     out = settings.patches_dir / "sglang" / "9.0.1"
     written = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert f"Last-Update: {DAY}" in (out / P1).read_text()  # rebase refreshed the header
+    assert written[P1] == (SERIES / P1).read_bytes()  # the same patch on 9.0.1: its bytes kept
     results = refresh.refresh("sglang", "9.0.1", repo, out, today=datetime.date(2027, 5, 6))
     assert [(r.name, r.status) for r in results] == [(P1, "unchanged"), (P2, "unchanged")]
     assert {p.name: p.read_bytes() for p in out.iterdir()} == written
+
+
+def test_rebase_and_refresh_keep_a_patch_whose_envelope_alone_differs(settings, tmp_path) -> None:
+    source = settings.patches_dir / "sglang" / "9.0.0" / P1
+    source.write_text(churned(source.read_text()))
+    old = source.read_bytes()
+    assert old != (SERIES / P1).read_bytes() and b"[PATCH 1/2]" in old and b"2.39.5" in old
+    repo = carried(settings, tmp_path)
+    out = settings.patches_dir / "sglang" / "9.0.1"
+    assert (out / P1).read_bytes() == old  # rebase: nothing but the envelope differs
+    assert refresh.refresh("sglang", "9.0.1", repo, out, today=DAY)[0].status == "unchanged"
+    assert (out / P1).read_bytes() == old
+    # a changed message is a changed patch, whatever the envelope
+    env = git_env()
+    git(repo, "rebase", "-q", "--exec", "git commit -q --amend -m \"$(git log -1 --format=%B | "
+        "sed 's/^Fixture: the first patch/Fixture: the 1st patch/')\"", rebase.BASE_REF, env=env)
+    results = refresh.refresh("sglang", "9.0.1", repo, out, today=DAY)
+    assert [(r.name, r.status) for r in results] == [(P1, "refreshed"), (P2, "unchanged")]
+    assert "Fixture: the 1st patch" in (out / P1).read_text()
+    assert f"Last-Update: {DAY}" in (out / P1).read_text()
+
+
+@pytest.mark.parametrize(
+    ("edit", "same"),
+    [
+        (churned, True),
+        (lambda t: t.replace("Fixture: the first", "Fixture: the 1st"), False),  # message
+        (lambda t: t.replace("Topic: fixture-quantize", "Topic: fixture-q"), False),  # DEP-3
+        (lambda t: t.replace("# fixture: the fp4 op", "# fixture: an fp4 op"), False),  # diff
+        (lambda t: t.replace("Date: Sun, 29 Nov 2026 12:00", "Date: Sun, 29 Nov 2026 13:00"), False),
+    ],
+    ids=["envelope", "message", "topic", "diff", "date"],
+)
+def test_same_patch_ignores_the_envelope_only(edit, same) -> None:
+    text = (SERIES / P1).read_text()
+    assert edit(text) != text
+    assert rebase.same_patch(text, edit(text)) is same
 
 
 def test_an_amended_patch_is_refreshed_and_dated(settings, tmp_path) -> None:

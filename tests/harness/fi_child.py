@@ -756,8 +756,7 @@ def arch_check(built: list[str]) -> dict[str, Any]:
     arch = f"{CAPABILITY[0]}{CAPABILITY[1]}"
     for nvcc in ("12.8", "12.9"):
         os.environ["FLASHINFER_NVCC_VERSION"] = nvcc
-        if hasattr(cpp_ext, "get_nvcc_version"):
-            cpp_ext.get_nvcc_version.cache_clear()
+        _clear_toolkit_version(cpp_ext)
         ctx = type(core.current_compilation_context)()
         rec: dict[str, Any] = {"target_archs": sorted(f"{a}{b}" for a, b in ctx.TARGET_CUDA_ARCHS)}
         n = len(built)
@@ -768,9 +767,16 @@ def arch_check(built: list[str]) -> dict[str, Any]:
             rec["error"] = f"{type(e).__name__}: {e}"[:200]
         out[f"nvcc={nvcc}"] = rec
     os.environ["FLASHINFER_NVCC_VERSION"] = NVCC_VERSION
-    if hasattr(cpp_ext, "get_nvcc_version"):
-        cpp_ext.get_nvcc_version.cache_clear()
+    _clear_toolkit_version(cpp_ext)
     return out
+
+
+def _clear_toolkit_version(cpp_ext: Any) -> None:
+    """Forget the cached toolkit version (get_cuda_version; revision <= 3 of the 0.6.x
+    series and 5 of 0.7.4 had it as get_nvcc_version)."""
+    for name in ("get_cuda_version", "get_nvcc_version"):
+        if hasattr(getattr(cpp_ext, name, None), "cache_clear"):
+            getattr(cpp_ext, name).cache_clear()
 
 
 def jit_error_check() -> dict[str, Any]:
@@ -903,7 +909,7 @@ def _as_fresh_process() -> None:
     from flashinfer.jit import cpp_ext
 
     _clear_module_getters()
-    for name in ("get_cuda_path", "get_nvcc_version"):
+    for name in ("get_cuda_path", "get_cuda_version", "get_nvcc_version"):
         if hasattr(getattr(cpp_ext, name, None), "cache_clear"):
             getattr(cpp_ext, name).cache_clear()
     torch._dynamo.reset()
@@ -1002,12 +1008,15 @@ def main(request_json: str) -> None:
         os.environ.pop("FLASHINFER_NVCC_VERSION", None)
         os.environ["FLASHINFER_WORKSPACE_BASE"] = req["tmp"]
         calls = _spy_subprocesses()
+    dynamo_before_import = "torch._dynamo" in sys.modules
     import flashinfer
 
     res: dict[str, Any] = {"version": flashinfer.__version__}
     try:
         if req["mode"] == "import":
             res["import_subprocesses"] = list(calls)
+            # Does `import flashinfer` import torch._dynamo (seconds, in every process)?
+            res["dynamo"] = {"before": dynamo_before_import, "after": "torch._dynamo" in sys.modules}
             import inspect
 
             import flashinfer.compilation_context as cc

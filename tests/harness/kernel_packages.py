@@ -14,13 +14,15 @@ interpreter puts on its path beside a flashinfer tree.
   gigabytes of compiled modules): a ``flashinfer_jit_cache`` package with ``__version__``,
   ``get_jit_cache_dir()`` (as the real package's ``__init__.py``) and, for 0.7.x's loader
   (``jit/env.py`` ``_get_aot_providers``), ``get_jit_cache_providers()`` returning one
-  provider record with the attributes that loader reads; plus its dist-info.
+  provider record with the attributes that loader reads; plus its dist-info, and
+  optionally empty ``<name>/<name>.so`` files for the modules it holds.
 """
 
 from __future__ import annotations
 
 import pathlib
 import shutil
+from collections.abc import Sequence
 
 from wheel.wheelfile import WheelFile
 
@@ -106,17 +108,31 @@ def get_jit_cache_providers():
             version=__version__,
             jit_cache_dir=str(Path(__file__).parent / "providers" / "sm120f"),
             cuda_architectures=("sm120f",),
-            modules=("fp4_quantization_120f",),
+            modules={modules!r},
         )
     ]
 '''
 
 
-def jit_cache_stand_in(dest: pathlib.Path, version: str) -> pathlib.Path:
-    """A flashinfer-jit-cache ``version`` (e.g. ``0.6.3+cu130``) in ``dest``."""
+def jit_cache_stand_in(
+    dest: pathlib.Path, version: str, modules: Sequence[str] = ()
+) -> pathlib.Path:
+    """A flashinfer-jit-cache ``version`` (e.g. ``0.6.3+cu130``) in ``dest``.
+
+    ``modules``: the compiled modules it holds, each ``<name>/<name>.so`` (empty files:
+    a compiled module cannot load on a CPU, so a test stands in for the load) in its
+    directory (0.6.x's ``get_jit_cache_dir()``) and its SM120 provider (0.7.x); without
+    them the provider lists ``fp4_quantization_120f`` and holds no file."""
     package = dest / "flashinfer_jit_cache"
     (package / "jit_cache").mkdir(parents=True)
     (package / "providers" / "sm120f").mkdir(parents=True)
-    (package / "__init__.py").write_text(_JIT_CACHE_INIT.format(version=version), encoding="utf-8")
+    for directory in (package / "jit_cache", package / "providers" / "sm120f"):
+        for name in modules:
+            (directory / name).mkdir()
+            (directory / name / f"{name}.so").write_bytes(b"")
+    listed = tuple(modules) or ("fp4_quantization_120f",)
+    (package / "__init__.py").write_text(
+        _JIT_CACHE_INIT.format(version=version, modules=listed), encoding="utf-8"
+    )
     _dist_info(dest, "flashinfer-jit-cache", version)
     return dest

@@ -85,3 +85,19 @@ def test_stand_ins_import_with_their_versions_and_metadata(tmp_path: pathlib.Pat
     )
     result = run_python(code, path=[cubin, jit])
     assert result.returncode == 0 and result.stdout.startswith("OK sm120f"), tail(result)
+
+
+def test_jit_cache_stand_in_holds_the_modules_asked_for(tmp_path: pathlib.Path) -> None:
+    names = ["fp4_quantization_120f", "fused_moe_120"]
+    jit = kernel_packages.jit_cache_stand_in(tmp_path / "jit", "9.1+cu130", modules=names)
+    code = (
+        "import pathlib, flashinfer_jit_cache as j\n"
+        "[p] = j.get_jit_cache_providers()\n"
+        "for d in (j.get_jit_cache_dir(), p.jit_cache_dir):\n"
+        "    print(sorted(str(f.relative_to(d)) for f in pathlib.Path(d).rglob('*.so')))\n"
+        "print(sorted(p.modules))\n"
+    )
+    result = run_python(code, path=[jit])
+    expected = str(sorted(f"{n}/{n}.so" for n in names))
+    assert result.returncode == 0, tail(result)
+    assert result.stdout.splitlines() == [expected, expected, str(names)], tail(result)

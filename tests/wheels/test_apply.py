@@ -80,3 +80,18 @@ def test_missing_file_is_reported(checkout: Settings, tmp_path: pathlib.Path) ->
     assert fixture is not None
     with pytest.raises(PatchError, match=r"0001-add-fixture-marker.patch: flashinfer/__init__.py: No such file"):
         apply.apply_series(fixture, tree)
+
+
+def test_a_revision_bump_alone_gives_a_new_patched_tree(checkout: Settings) -> None:
+    """The tree's flashinfer/_build_meta.py names the +fp4graph.<revision> label, so a bump
+    with the series unchanged must not find the tree of the revision before."""
+    before = trees.materialize(checkout, "flashinfer-python", "0.6.3", patched=True)
+    meta = "flashinfer/_build_meta.py"
+    assert "+fp4graph.1" in (before / meta).read_text()
+    text = checkout.stacks_file.read_text()
+    old = 'version = "0.6.3"\nrevision = 1\n'
+    assert old in text
+    checkout.stacks_file.write_text(text.replace(old, 'version = "0.6.3"\nrevision = 2\n'))
+    after = trees.materialize(checkout, "flashinfer-python", "0.6.3", patched=True)
+    assert after != before and before.exists()
+    assert "+fp4graph.2" in (after / meta).read_text() and "+fp4graph.1" not in (after / meta).read_text()

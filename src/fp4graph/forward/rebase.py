@@ -6,7 +6,8 @@ The round trip is git-buildpackage's patch queue (``gbp pq import`` / ``rebase``
    (``W/from-A``, one commit per patch) and ``git rebase``-s those commits onto B's source
    in ``W/to-B`` (branch ``fp4graph/patches``; ``refs/fp4graph/base`` marks B's pristine
    commit).  It writes B's series at once: the patches that carried, with normalised
-   headers; when a patch conflicts, git stops there, and that patch and every later one
+   headers (a patch whose message and diff did not change keeps its bytes,
+   ``same_patch``); when a patch conflicts, git stops there, and that patch and every later one
    are written as A's files on ``NAME unresolved`` lines, which lint, the build and PRs
    refuse, naming each (never a series that silently lacks a patch).
 2. The maintainer resolves in ``W/to-B`` as with any git rebase: edit, ``git add``,
@@ -101,6 +102,30 @@ def normalise(patch_text: str, today: datetime.date) -> str:
     head, sep, rest = patch_text.partition("\n---\n")
     head = _LAST_UPDATE.sub(f"Last-Update: {today.isoformat()}", head)
     return head + sep + rest
+
+
+_SUBJECT_PREFIX = re.compile(r"^Subject: \[PATCH[^\]]*\] ", re.M)
+_INDEX_LINE = re.compile(r"^index [0-9a-f]+\.\.[0-9a-f]+(?: [0-7]{6})?\n", re.M)
+
+
+def _content(patch_text: str) -> str:
+    """A patch file without its envelope: what ``git format-patch`` writes differently for
+    the same commit (``[PATCH n/m]`` and the Subject's folding, the diffstat, abbreviated
+    ``index`` lines, the signature) and ``Last-Update``; the message and diff are kept."""
+    head, _, rest = patch_text.partition("\n---\n")
+    header, _, body = head.partition("\n\n")
+    header = _SUBJECT_PREFIX.sub("Subject: ", re.sub(r"\n[ \t]+", " ", header))
+    body = _LAST_UPDATE.sub("Last-Update:", body)
+    diff = rest[rest.find("diff --git "):] if "diff --git " in rest else rest
+    diff, sep, signature = diff.rpartition("\n-- \n")
+    if not sep or signature.strip().count("\n"):
+        diff += sep + signature  # no one-line signature at the end: keep it all
+    return "\n".join((header, body, _INDEX_LINE.sub("", diff)))
+
+
+def same_patch(a: str, b: str) -> bool:
+    """Whether two patch files carry the same message and diff (their envelopes aside)."""
+    return _content(a) == _content(b)
 
 
 def format_patch(repo: pathlib.Path, commit: str) -> str:
@@ -274,7 +299,7 @@ def rebase(
             continue
         text = normalise(format_patch(new.path, commit), today)
         before = patch.path.read_text(encoding="utf-8")
-        texts[patch.name] = before if pick.own and normalise(before, today) == text else text
+        texts[patch.name] = before if same_patch(before, text) else text  # no churn
         lines.append(patch.name)
         results.append(Carried(name=patch.name, status="carried",
                                detail="kept" if pick.own else "applied cleanly"))

@@ -4,8 +4,10 @@ The export step of the patch-queue round trip (``forward.rebase``; git-buildpack
 ``gbp pq export``): every commit of ``refs/fp4graph/base..HEAD`` becomes one patch, in
 order, with the series' normalised envelope (zero commit id, no ``[PATCH n/m]``, the
 ``fp4graph`` signature).  A commit is matched to the series' patch by its ``Topic:``, so
-the file keeps its name (renumbered if the order changed) and, when its text did not
-change, its bytes and ``Last-Update``; a changed patch gets today's ``Last-Update``.
+the file keeps its name (renumbered if the order changed) and, when its message and diff
+did not change, its bytes and ``Last-Update``, whatever envelope it was written with
+(``rebase.same_patch``: ``[PATCH n/m]``, the signature, ``index`` lines); a changed patch
+gets today's ``Last-Update``.
 Refresh refuses to lose anything: a topic of the old series that no commit carries stops
 it, unless the commit became empty (the release has it) or ``--drop TOPIC`` says so.
 """
@@ -21,7 +23,7 @@ from ..model.errors import ConfigError
 from ..model.files import atomic_directory
 from ..model.log import log
 from ..model.series import SERIES_FILE, Patch, dep3_fields, read_series, split_topics
-from .rebase import BASE_REF, format_patch, is_empty, normalise
+from .rebase import BASE_REF, format_patch, is_empty, normalise, same_patch
 from .sources import SourceRepoError, git
 
 # git format-patch names a file NNNN-<subject as %f, cut to 52 characters>.patch
@@ -119,7 +121,7 @@ def refresh(
         )
         name = f"{len(texts) + 1:04d}-{stem}.patch"
         before = previous.path.read_text(encoding="utf-8") if previous else None
-        if before is not None and normalise(before, today) == normalise(text, today):
+        if before is not None and same_patch(before, text):
             texts[name], status, detail = before, "unchanged", "same patch"
         else:
             texts[name] = normalise(text, today)

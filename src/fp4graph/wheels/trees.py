@@ -31,7 +31,9 @@ def materialize(
     series = load_series(settings.patches_dir, artifact.project, artifact.version) if patched else None
     if patched and series is None:
         raise ConfigError(f"{artifact.key} has no series in patches/{artifact.project}/{version}/")
-    flavour = f"patched-{series.digest[:16]}" if series else "pristine"
+    # The revision too: the tree's _build_meta carries the +fp4graph.<revision> label, and a
+    # revision bump alone must not find the tree of the revision before.
+    flavour = f"patched-{series.digest[:16]}-r{artifact.revision}" if series else "pristine"
     root = settings.cache_dir / "trees"
     dest = root / f"{pinned.filename}-{pinned.sha256[:16]}-{flavour}"
     if dest.exists():
