@@ -108,8 +108,11 @@ exit 1
 
 
 def _child(case: str, path: list[pathlib.Path], env: dict[str, str]) -> dict[str, Any]:
+    # The tree first, then what the caller's PYTHONPATH holds (torch's and tvm-ffi's site
+    # where they are not installed: a GPU machine's carried wheels).
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     child_env = {**env, "JIT_CACHE_LOAD": json.dumps({"case": case}),
-                 "PYTHONPATH": os.pathsep.join(map(str, path))}
+                 "PYTHONPATH": os.pathsep.join([*map(str, path), *inherited])}
     result = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
                             env=child_env, timeout=1800)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT:")]
