@@ -11,8 +11,11 @@
 - ``kernel_packages``: flashinfer-cubin (the real wheel, a ``companions`` pin, unpacked
   without its blobs) and the flashinfer-jit-cache stand-in, as trees beside flashinfer.
 - ``checkout``: a throw-away fp4graph checkout with the engine's fixture series;
-  ``releases``: fixture upstream releases and a PEP 691 index serving them.
+  ``releases``: fixture upstream releases and a PEP 691 index serving them;
+  ``install_world``: a checkout with a built fixture stack and its index (tests/install).
+- ``models``: the whole-model simulation's harness (tests/models: ``simulation``,
+  ``modelsim``, ``stand_ins``, ...; its docstring lists them), built on ``sgsim`` and
+  ``moe_child``; a child imports it as ``harness.models`` (``tests/`` on its path).
 
-The whole-model simulation keeps its own harness beside its tests (tests/models: modelsim,
-simulation, stand_ins), built on ``sgsim`` and ``moe_child``.
+Importing the package imports nothing: children put upstream trees first on their path.
 """

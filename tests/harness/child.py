@@ -12,6 +12,7 @@ from typing import Any
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
 HARNESS = pathlib.Path(__file__).resolve().parent  # the child modules (fi_child, ...)
+TESTS = HARNESS.parent  # on a child's path for the package: ``from harness.models import ...``
 
 
 def run_python(

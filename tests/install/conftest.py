@@ -1,4 +1,4 @@
-"""Fixtures of tests/install: the fixture world of :mod:`install_world`."""
+"""Fixtures of tests/install: the fixture world of :mod:`harness.install_world`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.install_world import KERNEL, World, make_checkout, plain_wheel
 from harness.releases import Index
-from install_world import KERNEL, World, make_checkout, plain_wheel
 
 
 @pytest.fixture(scope="session")

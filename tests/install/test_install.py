@@ -14,7 +14,7 @@ import pytest
 from fp4graph.commands import install as install_command
 from fp4graph.install import stack
 from fp4graph.model import locks
-from install_world import CUBIN_ERROR, KERNEL, STACK, World
+from harness.install_world import CUBIN_ERROR, KERNEL, STACK, World
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

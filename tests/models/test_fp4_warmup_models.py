@@ -36,9 +36,8 @@ from typing import Any
 
 import pytest
 
-import families
-import simulation
 from harness.child import run_python, tail
+from harness.models import families, simulation
 from harness.targets import SEED_STACK, full_matrix
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -106,9 +105,8 @@ def reports(wheel_tree: Any, target: simulation.SglangStack, *, patched: bool) -
     ]
     path, record = simulation.trees(wheel_tree, target, patched=patched, cases=cases)
     code = (
-        f"import sys, json\nsys.path[:0] = [{str(HERE)!r}, {str(HERE.parent / 'harness')!r}]\n"
-        "import warmup_hooks\nwarmup_hooks.install_real_op_bodies()\n"
-        f"import modelsim, stand_ins\nmodelsim.prepare({str(record)!r})\n"
+        "import json\nfrom harness.models import warmup_hooks\nwarmup_hooks.install_real_op_bodies()\n"
+        f"from harness.models import modelsim, stand_ins\nmodelsim.prepare({str(record)!r})\n"
         f"warmup_hooks.observe_model_warmup(modelsim, real_bodies={not patched!r})\n"
         f"stand_ins.report('RESULT', modelsim.run_cases(json.loads({json.dumps(cases)!r})))\n"
     )

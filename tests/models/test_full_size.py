@@ -1,6 +1,6 @@
 """Full-size shapes: each family's published config, one rank of --tp 8 (issue 19).
 
-The rows of tests/models/full_size.py (GLM-5, DeepSeek-V3, Qwen3-235B-A22B,
+The rows of tests/harness/models/full_size.py (GLM-5, DeepSeek-V3, Qwen3-235B-A22B,
 Llama-3.1-70B, transcribed from their config.json), every dimension as published, the
 layer count cut to one layer of each kind.  One process runs rank 0 of an 8-GPU server
 (torch's FakeProcessGroup stands in for ranks 1-7: their collectives do nothing).  The
@@ -21,13 +21,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import full_size
 import pytest
 from test_models import ATTENTION, FP4_GEMM, FP4_QUANTIZE, MOE, REPLAY_TOKENS
 from test_tp import OUTPLACE_ALL_REDUCE, tp_stacks
 
-import families
-import simulation
+from harness.models import families, full_size, simulation
 from harness.targets import full_matrix
 
 # Per-rank parameters reported (the first one whose name ends so).

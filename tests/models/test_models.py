@@ -1,8 +1,8 @@
 """Whole NVFP4 models under sglang's piecewise CUDA graph runner, every sglang stack.
 
 Each (stack, pristine | patched) pair runs its cases in one child interpreter
-(tests/models/simulation.py; what is real and what is stood in:
-tests/models/modelsim.py).  A case is a model family (tests/models/families.py)
+(tests/harness/models/simulation.py; what is real and what is stood in:
+tests/harness/models/modelsim.py).  A case is a model family (tests/harness/models/families.py)
 x start order (``cuda-graph``: the default server, decode CUDA graphs captured
 before the piecewise compile; ``no-cuda-graph``: ``--disable-cuda-graph``) x MoE
 runner backend (``auto``; MoE families also ``flashinfer_cutlass``).
@@ -40,8 +40,7 @@ from typing import Any
 
 import pytest
 
-import families
-import simulation
+from harness.models import families, simulation
 from harness.targets import full_matrix, sm12x_gpus
 
 SEED_ERROR = "Attempted to call function marked as skipped"

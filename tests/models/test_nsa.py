@@ -1,7 +1,7 @@
 """GLM-5 / DeepSeek-V3.2 (NSA sparse attention) under sglang's piecewise CUDA graph.
 
 The series' 0003-nsa-piecewise-cuda-graph (a backport of sglang PR #23351) against the
-same series without it, on a simulated SM120 (tests/models/nsa_sim.py lists every
+same series without it, on a simulated SM120 (tests/harness/models/nsa_sim.py lists every
 stand-in).  Each case runs in a fresh interpreter.
 
 - Tracing the NSA block (indexer + attention split op, ModelOpt NVFP4 projections)
@@ -34,7 +34,7 @@ import pytest
 import torch
 
 from fp4graph.model.series import load_series
-from harness.child import run_python, tail
+from harness.child import TESTS, run_python, tail
 from harness.targets import full_matrix, sglang_targets, sm12x_gpus, versions_with_topic
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -71,8 +71,8 @@ def backport_patch(version: str) -> pathlib.Path:
 
 
 def run_child(body: str, *trees: pathlib.Path) -> dict[str, Any]:
-    code = "import nsa_sim\n" + textwrap.dedent(body)
-    result = run_python(code, path=[*trees, SGSIM, HERE])
+    code = "from harness.models import nsa_sim\n" + textwrap.dedent(body)
+    result = run_python(code, path=[*trees, SGSIM, TESTS])
     lines = [line for line in result.stdout.splitlines() if line.startswith("NSA ")]
     assert lines, tail(result)
     return json.loads(lines[-1][len("NSA ") :])

@@ -25,8 +25,7 @@ from typing import Any
 import pytest
 from test_models import ATTENTION, FP4_GEMM, FP4_QUANTIZE, MOE, REPLAY_TOKENS
 
-import families
-import simulation
+from harness.models import families, simulation
 from harness.targets import full_matrix
 
 FAMILIES = ("glm5", "deepseek-v3")

@@ -4,7 +4,7 @@ Each case runs two rank processes (:func:`modelsim.run_ranks`) joined by a gloo 
 the host; sglang's own ``init_distributed_environment`` / ``initialize_model_parallel``
 build the group coordinators, and the collective kernels a CPU lacks (libnccl under
 pynccl, sglang's custom all-reduce, NVML's PCIe topology) are the stand-ins of
-tests/models/collectives.py.  Each rank traces and captures the piecewise CUDA graphs
+tests/harness/models/collectives.py.  Each rank traces and captures the piecewise CUDA graphs
 (``--disable-cuda-graph``, the seed's start order), replays a padded extend batch, then
 runs the eager forwards (piecewise off) the replay is compared with:
 
@@ -24,7 +24,7 @@ changes against TP 1 is asserted by :func:`test_tp2_differs_from_tp1_only_by_the
 Selection: ``pytest tests/models -k tp2`` runs every family on sglang 0.5.9 and on the
 newest stack (a ``-k`` expression naming ``tp2`` selects the whole TP matrix), as does
 ``FP4GRAPH_MODELS=full`` (``nox -s tracing``).  CI runs none of it (over its budget:
-a stack's TP cases cost about 6 minutes on 2 cores); tests/models/test_stand_ins.py checks
+a stack's TP cases cost about 6 minutes on 2 cores); tests/harness/models/test_stand_ins.py checks
 the collective stand-ins themselves in CI.
 """
 
@@ -37,8 +37,7 @@ import pytest
 from packaging.version import Version
 from test_models import ATTENTION, FP4_GEMM, FP4_QUANTIZE, MOE, REPLAY_TOKENS, assert_nsa
 
-import families
-import simulation
+from harness.models import families, simulation
 from harness.targets import full_matrix
 
 TP = 2

@@ -69,7 +69,7 @@ class ScheduleMismatch(RuntimeError):
 
 
 def _phase() -> str:
-    from stand_ins import is_capturing
+    from harness.models.stand_ins import is_capturing
 
     return "captured" if is_capturing() else "eager"
 

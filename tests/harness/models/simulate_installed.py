@@ -2,23 +2,28 @@
 
 ``nox -s install`` runs it as its simulation step, with the venv where the stack was
 installed as users install it (``python -m fp4graph install STACK --check
-"simulation=tests/models/simulate_installed.py --family llama"``): sglang, FlashInfer with
+"simulation=tests/harness/models/simulate_installed.py --family llama"``): sglang, FlashInfer with
 the real flashinfer-cubin, sgl-kernel's Python and the release's transformers are the
 venv's; the stand-ins are modelsim's (its docstring, "Installed packages").  Exit 0 when
 every case traces as the patched stack must (0 graph breaks, the fp4 ops in captured
 pieces, attention in split ones); 1 naming the case and what failed.
 
-    python tests/models/simulate_installed.py --family llama [--family qwen3-moe] [--no-cuda-graph]
+    python tests/harness/models/simulate_installed.py --family llama [--family qwen3-moe] [--no-cuda-graph]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import sys
 from typing import Any
 
-import simulation
+if __name__ == "__main__":  # run as a script: the package from tests/, not this directory
+    _HERE = pathlib.Path(__file__).resolve().parent
+    sys.path[:] = [str(_HERE.parents[1]), *(p for p in sys.path if pathlib.Path(p or ".").resolve() != _HERE)]
+
+from harness.models import simulation  # noqa: E402
 
 FP4_OPS = ("sglang.flashinfer_fp4_quantize", "sglang.fp4_gemm")
 ATTENTION = "sglang.unified_attention_with_output"
@@ -44,7 +49,7 @@ def problems(report: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", action="append", default=[], help="a row of tests/models/families.py")
+    parser.add_argument("--family", action="append", default=[], help="a row of tests/harness/models/families.py")
     parser.add_argument("--moe-runner-backend", default="auto")
     parser.add_argument("--no-cuda-graph", action="store_true", help="--disable-cuda-graph (the other start order)")
     args = parser.parse_args(argv)

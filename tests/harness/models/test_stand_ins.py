@@ -4,15 +4,11 @@ with what they stand in for."""
 from __future__ import annotations
 
 import json
-import pathlib
 
 import pytest
 
-import sgl_kernel_ops
-import simulation
-from harness.child import run_python, tail
-
-HERE = pathlib.Path(__file__).resolve().parent
+from harness.child import TESTS, run_python, tail
+from harness.models import sgl_kernel_ops, simulation
 
 
 @pytest.mark.parametrize("target", simulation.sglang_stacks(), ids=lambda s: s.name)
@@ -37,7 +33,8 @@ INDEXING = """
 import json
 from fp4graph.verify import simulate
 simulate.install()
-import torch, stand_ins
+import torch
+from harness.models import stand_ins
 stand_ins.install_cuda_runtime(1 << 30)
 stand_ins.install_fake_cuda_indexing()
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -66,7 +63,7 @@ print("RESULT " + json.dumps(out))
 
 
 def test_fake_cuda_indexing_has_host_shapes() -> None:
-    result = run_python(INDEXING, path=[HERE])
+    result = run_python(INDEXING, path=[TESTS])
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT ")]
     assert result.returncode == 0 and lines, tail(result)
     for name, (got, want, device) in json.loads(lines[-1][len("RESULT ") :]).items():
@@ -76,7 +73,7 @@ def test_fake_cuda_indexing_has_host_shapes() -> None:
 COLLECTIVES = """
 import json, os, socket, sys
 import torch, torch.distributed as dist
-import collectives
+from harness.models import collectives
 
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
@@ -120,7 +117,7 @@ def test_collectives_run_through_gloo_and_check_the_schedule(schedule: str) -> N
     """Every collective a stand-in kernel runs goes through a real gloo world (each rank's
     placeholder checked on arrival); ranks about to run different collectives fail,
     naming both, where NCCL would hang.  NVML answers a PCIe box: no NVLink."""
-    result = run_python(COLLECTIVES, path=[HERE], env={"SCHEDULE": schedule})
+    result = run_python(COLLECTIVES, path=[TESTS], env={"SCHEDULE": schedule})
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT ")]
     assert result.returncode == 0 and lines, tail(result)
     data = json.loads(lines[-1][len("RESULT ") :])

@@ -18,7 +18,7 @@ wheels are 0.3-0.5 GB, so the simulation uses:
 Regenerate a record (downloads the whole wheel once, checks its sha256 against
 PyPI's)::
 
-    python tests/models/sgl_kernel_ops.py generate sglang-kernel==0.4.2
+    python tests/harness/models/sgl_kernel_ops.py generate sglang-kernel==0.4.2
 
 The child side turns the schemas into ``torch.library`` definitions with Meta kernels
 (``stand_ins.install_sgl_kernel_ops``).
@@ -43,7 +43,10 @@ import zlib
 from typing import Any
 
 HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[2]
 DATA = HERE / "data"
+# The command that writes a record (this file run from the checkout).
+GENERATE = f"python {pathlib.Path(__file__).resolve().relative_to(REPO)} generate"
 # load_utils._load_architecture_specific_ops: capability 90 -> sm90, anything else -> sm100.
 LIBRARY = "sgl_kernel/sm100/common_ops.abi3.so"
 # The other compiled libraries of the wheel whose ops sglang's NSA (DSA) attention calls
@@ -82,8 +85,8 @@ def load_record(project: str, version: str) -> dict[str, Any]:
     path = record_path(project, version)
     if not path.is_file():
         raise SglKernelError(
-            f"{path.relative_to(HERE.parents[1])} does not exist: sglang pins {project}=={version}; "
-            f"generate it with `python tests/models/sgl_kernel_ops.py generate {project}=={version}`"
+            f"{path.relative_to(REPO)} does not exist: sglang pins {project}=={version}; "
+            f"generate it with `{GENERATE} {project}=={version}`"
         )
     record: dict[str, Any] = json.loads(path.read_text())
     return record
@@ -167,7 +170,7 @@ def generate(requirement: str, cache: pathlib.Path) -> pathlib.Path:
                 )
     schemas = schemas_of(library)
     record = {
-        "generated_by": f"python tests/models/sgl_kernel_ops.py generate {project}=={version}",
+        "generated_by": f"{GENERATE} {project}=={version}",
         "project": project,
         "version": version,
         "wheel": wheel,
@@ -266,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = sub.add_parser("generate", help="write data/<project>-<version>.json from the PyPI wheel")
     gen.add_argument("requirement", help="e.g. sgl-kernel==0.3.21 or sglang-kernel==0.4.2")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(HERE.parents[1] / "src"))
+    sys.path.insert(0, str(REPO / "src"))
     from fp4graph.model.config import default_cache_dir
 
     out = generate(args.requirement, default_cache_dir() / "sgl-kernel")

@@ -20,18 +20,17 @@ import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
-HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO / "tests"))
+from fp4graph.integration.families import by_architecture
+from fp4graph.model import config
+from fp4graph.model.stacks import load
+from harness import pinned_python
+from harness.child import HARNESS, TESTS, run_python, tail
+from harness.models import families, sgl_kernel_ops
 
-import families  # noqa: E402
-import sgl_kernel_ops  # noqa: E402
-from fp4graph.integration.families import by_architecture  # noqa: E402
-from fp4graph.model import config  # noqa: E402
-from fp4graph.model.stacks import load  # noqa: E402
-from harness import pinned_python  # noqa: E402
-from harness.child import run_python, tail  # noqa: E402
+REPO = TESTS.parent
+# What a child needs of ours after the upstream trees: this package, and the child
+# modules of tests/harness it imports by their own names (sgsim, moe_child, fi_child).
+CHILD_PATH = [TESTS, HARNESS]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +83,7 @@ def trees(
     kernel = sgl_kernel_ops.python_tree(project, version, cache)
     models = [by_architecture(c["family"]["architecture"]) for c in cases]
     pins = pinned_python.path_for(sglang, cache, [f for f in models if f is not None])
-    return [*pins, sglang, flashinfer, kernel, HERE], sgl_kernel_ops.record_path(project, version)
+    return [*pins, sglang, flashinfer, kernel, *CHILD_PATH], sgl_kernel_ops.record_path(project, version)
 
 
 def case(
@@ -122,7 +121,7 @@ def run(
     """Every case on a simulated ``gpu`` (a key of ``fp4graph.verify.simulate.GPUS``)."""
     path, record = trees(wheel_tree, target, patched=patched, cases=cases)
     request = {"record": str(record), "cases": list(cases), "gpu": gpu}
-    code = f"import modelsim\nmodelsim.main({json.dumps(request)!r})\n"
+    code = f"from harness.models import modelsim\nmodelsim.main({json.dumps(request)!r})\n"
     result = run_python(code, path=path, timeout=timeout)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("MODELS ")]
     assert result.returncode == 0 and lines, tail(result, 6000)
@@ -145,11 +144,11 @@ def installed_record() -> pathlib.Path:
 
 def run_installed(cases: Sequence[dict[str, Any]], *, timeout: float = 1800) -> list[dict[str, Any]]:
     """``cases`` on the packages installed in this interpreter's venv (``nox -s install``):
-    the child is this interpreter with only this directory (and fp4graph's src/) on its
-    path, prepared with ``installed=True`` (modelsim's docstring)."""
+    the child is this interpreter with only the harness (:data:`CHILD_PATH`) and fp4graph's
+    src/ on its path, prepared with ``installed=True`` (modelsim's docstring)."""
     request = {"record": str(installed_record()), "cases": list(cases), "installed": True}
-    code = f"import modelsim\nmodelsim.main({json.dumps(request)!r})\n"
-    result = run_python(code, path=[HERE], timeout=timeout)
+    code = f"from harness.models import modelsim\nmodelsim.main({json.dumps(request)!r})\n"
+    result = run_python(code, path=CHILD_PATH, timeout=timeout)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("MODELS ")]
     if result.returncode != 0 or not lines:
         raise RuntimeError("the simulation child failed:\n" + tail(result, 6000))
@@ -180,7 +179,7 @@ def run_code(
     """
     path, record = trees(wheel_tree, target, patched=patched, cases=cases)
     code = (
-        "import json, modelsim, stand_ins\n"
+        "import json\nfrom harness.models import modelsim, stand_ins\n"
         f"modelsim.prepare({str(record)!r}, {gpu!r})\n"
         f"CASES = json.loads({json.dumps(list(cases))!r})\n"
     ) + textwrap.dedent(body)

@@ -209,7 +209,7 @@ def config(name: str) -> dict[str, Any]:
 
 
 def row(name: str) -> dict[str, Any]:
-    """A tests/models/families.py row for the full-size family ``name``."""
+    """A tests/harness/models/families.py row for the full-size family ``name``."""
     published = PUBLISHED[name]
     family = FAMILIES[published.family]
     expect: dict[str, Any] = {}

@@ -15,8 +15,9 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import collectives
 import torch
+
+from harness.models import collectives
 
 # --- sgl_kernel's compiled library --------------------------------------------------
 
@@ -144,7 +145,7 @@ RETURNS: dict[str, dict[str, Callable[..., Any]]] = {
 }
 RETURNS["sgl_kernel"].update(collectives.RETURNS)
 # Ops writing into their ``Tensor!`` outputs that do more than nothing: the custom
-# all-reduce kernel runs its collective (tests/models/collectives.py).
+# all-reduce kernel runs its collective (tests/harness/models/collectives.py).
 WRITES: dict[str, dict[str, Callable[..., Any]]] = {"sgl_kernel": dict(collectives.WRITES)}
 # Ops without tensor arguments (no device to dispatch on): the device's answer.
 NO_TENSOR_OPS: dict[str, dict[str, Callable[..., Any]]] = {
@@ -188,7 +189,7 @@ def _meta_kernel(namespace: str, name: str, returns_nothing: bool) -> Callable[.
 
     def missing(*args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(
-            f"{namespace}::{name} returns tensors and tests/models/stand_ins.py RETURNS has no "
+            f"{namespace}::{name} returns tensors and tests/harness/models/stand_ins.py RETURNS has no "
             "shape function for it: add one from the op's C++ source"
         )
 
@@ -392,9 +393,8 @@ def install_inductor_codegen() -> None:
 def install_flashinfer_jit(tmp: str) -> list[str]:
     """FlashInfer's JIT build and load (nvcc, ninja, dlopen) and its cubin downloads:
     the stand-ins of tests/harness (``moe_child.stub_kernels``: no-op kernels, the
-    cutlass fused-MoE runner object, TVM FFI tensors passed through)."""
-    harness = __import__("pathlib").Path(__file__).resolve().parents[1] / "harness"
-    sys.path.insert(0, str(harness))
+    cutlass fused-MoE runner object, TVM FFI tensors passed through; tests/harness on the
+    child's path: :data:`simulation.CHILD_PATH`)."""
     import moe_child
 
     return moe_child.stub_kernels(tmp)

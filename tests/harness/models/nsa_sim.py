@@ -1,8 +1,8 @@
 """Child-side harness: sglang's NSA indexer + attention split op on a simulated SM120.
 
-Imported in the child interpreter that ``tests/models/test_nsa.py`` starts, with the
-sglang and flashinfer trees first on ``sys.path`` and ``tests/harness`` (sgsim) after
-them.  The block traced is the NSA part of a GLM-5 / DeepSeek-V3.2 attention layer,
+Imported (``from harness.models import nsa_sim``) in the child interpreter that
+``tests/models/test_nsa.py`` starts, with the sglang and flashinfer trees first on
+``sys.path`` and ``tests/`` (this package) and ``tests/harness`` (sgsim) after them.  The block traced is the NSA part of a GLM-5 / DeepSeek-V3.2 attention layer,
 built from sglang's own classes: ``Indexer`` (wq_b / wk as ModelOpt NVFP4 linears,
 k_norm, rotary embedding, Hadamard rotation, fp8 act_quant, head gate, k-cache store,
 top-k) feeding ``RadixAttention`` with ``topk_indices``, as ``DeepseekV2AttentionMLA``

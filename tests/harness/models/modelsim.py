@@ -28,7 +28,7 @@ What runs is sglang's own code, end to end, for the release on the path:
   runs) with sglang's ``SGLangBackend`` (``split_graph``, per-piece compile,
   ``CUDAPiecewiseBackend``).  ``split_graph`` is observed (called through).
 
-Stand-ins, and only these (tests/models/stand_ins.py):
+Stand-ins, and only these (tests/harness/models/stand_ins.py):
 
 1. the device: CPU torch answers as a CUDA 12.8 build on RTX PRO 6000s (SM120), or on
    a DGX Spark's GB10 (SM121: 48 SMs, unified memory, ``is_integrated``)
@@ -44,7 +44,7 @@ Stand-ins, and only these (tests/models/stand_ins.py):
    identity while the model is built on the host;
 3. the compiled libraries of the pinned sgl-kernel wheel: ``common_ops``, FA3's
    ``flash_ops``, FlashMLA's ``flashmla_ops`` and DeepGEMM's ``deep_gemm_cpp``: the
-   schemas of the release (tests/models/data/*.json) defined with torch.library and
+   schemas of the release (tests/harness/models/data/*.json) defined with torch.library and
    Meta kernels (no-op for ops writing into ``Tensor!`` outputs, shapes from the C++
    source for ops returning tensors, the device's answer for ops without tensor
    arguments; a fake sglang registers itself replaces the Meta kernel); the Python
@@ -74,7 +74,7 @@ Stand-ins, and only these (tests/models/stand_ins.py):
    eagerly (between captured pieces, in a piece's warm-up or capture run, in an eager
    forward) runs the CUDA body sglang registered for it, as on a GPU, instead of the
    fake FakeTensorMode would answer;
-   the collective kernels (tests/models/collectives.py): NVML's topology (a PCIe box,
+   the collective kernels (tests/harness/models/collectives.py): NVML's topology (a PCIe box,
    no NVLink), libcudart's allocations and IPC handles, libnccl under sglang's
    ``PyNcclCommunicator``, sgl_kernel's custom all-reduce ops and ``torch.distributed``
    on the device group; each collective they run goes through the gloo world on
@@ -99,7 +99,7 @@ replaced, nor FlashInfer's Python.
 
 API (for other tests, e.g. which FlashInfer modules a model kind requests)::
 
-    import modelsim
+    from harness.models import modelsim
     modelsim.prepare()                       # before sglang is imported
     built = modelsim.build(case)             # in a forked process: see run_cases
     built.model, built.runner, built.server_args
@@ -107,7 +107,7 @@ API (for other tests, e.g. which FlashInfer modules a model kind requests)::
     built.moe_runner_backend                  # sglang's resolved MoE runner backend
     modelsim.capture(built)                  # the runner(s); returns the trace report
 
-``case`` is a dict: ``family`` (a row of tests/models/families.py, as JSON),
+``case`` is a dict: ``family`` (a row of tests/harness/models/families.py, as JSON),
 ``moe_runner_backend`` ("auto" or "flashinfer_cutlass"), ``cuda_graph`` (True: the
 default server, decode CUDA graphs captured before piecewise compile; False:
 ``--disable-cuda-graph``) and optional ``server_args`` overrides; ``replay_tokens``
@@ -135,13 +135,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[1] / "tests" / "harness"))
-
-import collectives  # noqa: E402
-
-import stand_ins  # noqa: E402
+from harness.models import collectives, stand_ins
 
 # The fp4 ops the series route SM120 calls through, and sglang's fp4 GEMM op.
 FP4_OPS = ("sglang.flashinfer_fp4_quantize", "sglang.fp4_gemm")

@@ -1,0 +1,24 @@
+"""The whole-model simulation's harness (tests/models), tested in tests/harness/models.
+
+Parent side (the pytest process, or a venv's interpreter for ``simulate_installed``):
+
+- ``simulation``: a stack's trees and one child per run (``run``, ``run_code``,
+  ``run_installed``); the cases (``case``) and the stacks (``sglang_stacks``).
+- ``families``: the model rows, test size (``fp4graph.integration.families``) plus variants.
+- ``full_size``: the published ``config.json`` of each family, cut to one layer of each kind.
+- ``sgl_kernel_ops``: sgl-kernel's op schemas (``data/*.json``) and its Python from PyPI,
+  in place of the compiled wheel; ``generate`` writes a record.
+- ``simulate_installed``: the command line of ``run_installed`` (``nox -s install``).
+
+Child side (imported only in the interpreter ``simulation`` starts, with ``tests/`` and
+``tests/harness`` after the upstream trees on its path):
+
+- ``modelsim``: sglang's own server start and runners, end to end; lists every stand-in.
+- ``stand_ins``: what a CPU lacks: the CUDA runtime, compiled kernels and their loaders.
+- ``collectives``: the collective kernels of tensor parallel (NVML, NCCL, custom
+  all-reduce), run through gloo.
+- ``nsa_sim``: sglang's NSA indexer and attention split op alone (tests/models/test_nsa.py).
+- ``warmup_hooks``: observes the fp4 warm-up of each model (test_fp4_warmup_models.py).
+
+This package imports nothing at import: its children put the upstream trees first.
+"""
