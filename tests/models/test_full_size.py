@@ -22,10 +22,16 @@ import dataclasses
 from typing import Any
 
 import pytest
-from test_models import ATTENTION, FP4_GEMM, FP4_QUANTIZE, MOE, REPLAY_TOKENS
-from test_tp import OUTPLACE_ALL_REDUCE, tp_stacks
 
 from harness.models import families, full_size, simulation
+from harness.models.expected import (
+    ATTENTION,
+    FP4_GEMM,
+    FP4_QUANTIZE,
+    MOE,
+    OUTPLACE_ALL_REDUCE,
+    REPLAY_TOKENS,
+)
 from harness.targets import full_matrix
 
 # Per-rank parameters reported (the first one whose name ends so).
@@ -53,7 +59,7 @@ class FullCase:
 
 
 def full_cases() -> list[FullCase]:
-    return [FullCase(stack, name) for stack in tp_stacks() for name in full_size.PUBLISHED
+    return [FullCase(stack, name) for stack in simulation.tp_stacks() for name in full_size.PUBLISHED
             if families.runs_on(full_size.PUBLISHED[name].family, stack.sglang)]
 
 

@@ -23,9 +23,9 @@ import dataclasses
 from typing import Any
 
 import pytest
-from test_models import ATTENTION, FP4_GEMM, FP4_QUANTIZE, MOE, REPLAY_TOKENS
 
 from harness.models import families, simulation
+from harness.models.expected import ATTENTION, FP4_GEMM, FP4_QUANTIZE, MOE, REPLAY_TOKENS
 from harness.targets import full_matrix
 
 FAMILIES = ("glm5", "deepseek-v3")

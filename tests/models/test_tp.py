@@ -34,23 +34,21 @@ import dataclasses
 from typing import Any
 
 import pytest
-from packaging.version import Version
-from test_models import ATTENTION, FP4_GEMM, FP4_QUANTIZE, MOE, REPLAY_TOKENS, assert_nsa
 
 from harness.models import families, simulation
+from harness.models.expected import (
+    ATTENTION,
+    FP4_GEMM,
+    FP4_QUANTIZE,
+    INPLACE_ALL_REDUCE,
+    MOE,
+    OUTPLACE_ALL_REDUCE,
+    REPLAY_TOKENS,
+    assert_nsa,
+)
 from harness.targets import full_matrix
 
 TP = 2
-OUTPLACE_ALL_REDUCE = "sglang.outplace_all_reduce"
-INPLACE_ALL_REDUCE = "sglang.inplace_all_reduce"
-SEED_STACK = "sglang-0.5.9"
-
-
-def tp_stacks() -> list[simulation.SglangStack]:
-    """sglang 0.5.9 (the seed's release) and the newest stack."""
-    stacks = simulation.sglang_stacks()
-    newest = max(stacks, key=lambda s: Version(s.sglang))
-    return [s for s in stacks if s.name == SEED_STACK] + ([newest] if newest.name != SEED_STACK else [])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +93,7 @@ def tp_cases(everything: bool) -> list[TpCase]:
     """Every family on each TP stack; none in CI (over its budget: the full tier runs them)."""
     if not everything:
         return []
-    return [TpCase(stack, family) for stack in tp_stacks() for family in families.names()
+    return [TpCase(stack, family) for stack in simulation.tp_stacks() for family in families.names()
             if families.runs_on(family, stack.sglang)]
 
 
@@ -107,7 +105,7 @@ def paths_cases(everything: bool) -> list[PathsCase]:
     """2, 4 and 8 GPUs on each TP stack; none in CI (one child: about a minute)."""
     if not everything:
         return []
-    return [PathsCase(stack, tp) for stack in tp_stacks() for tp in (2, 4, 8)]
+    return [PathsCase(stack, tp) for stack in simulation.tp_stacks() for tp in (2, 4, 8)]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

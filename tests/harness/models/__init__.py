@@ -3,7 +3,9 @@
 Parent side (the pytest process, or a venv's interpreter for ``simulate_installed``):
 
 - ``simulation``: a stack's trees and one child per run (``run``, ``run_code``,
-  ``run_installed``); the cases (``case``) and the stacks (``sglang_stacks``).
+  ``run_installed``); the cases (``case``) and the stacks (``sglang_stacks``, ``tp_stacks``).
+- ``expected``: what a report must show (the ops of the pieces, the replay, ``assert_nsa``),
+  shared by the tests of tests/models.
 - ``families``: the model rows, test size (``fp4graph.integration.families``) plus variants.
 - ``full_size``: the published ``config.json`` of each family, cut to one layer of each kind.
 - ``sgl_kernel_ops``: sgl-kernel's op schemas (``data/*.json``) and its Python from PyPI,

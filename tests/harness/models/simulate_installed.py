@@ -24,9 +24,9 @@ if __name__ == "__main__":  # run as a script: the package from tests/, not this
     sys.path[:] = [str(_HERE.parents[1]), *(p for p in sys.path if pathlib.Path(p or ".").resolve() != _HERE)]
 
 from harness.models import simulation  # noqa: E402
+from harness.models.expected import ATTENTION, FP4_GEMM, FP4_QUANTIZE  # noqa: E402
 
-FP4_OPS = ("sglang.flashinfer_fp4_quantize", "sglang.fp4_gemm")
-ATTENTION = "sglang.unified_attention_with_output"
+FP4_OPS = (FP4_QUANTIZE, FP4_GEMM)
 
 
 def problems(report: dict[str, Any]) -> list[str]:

@@ -20,12 +20,15 @@ import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from packaging.version import Version
+
 from fp4graph.integration.families import by_architecture
 from fp4graph.model import config
 from fp4graph.model.stacks import load
 from harness import pinned_python
 from harness.child import HARNESS, TESTS, run_python, tail
 from harness.models import families, sgl_kernel_ops
+from harness.targets import SEED_STACK
 
 REPO = TESTS.parent
 # What a child needs of ours after the upstream trees: this package, and the child
@@ -60,6 +63,14 @@ def stack(name: str) -> SglangStack:
         if s.name == name:
             return s
     raise KeyError(f"no sglang stack {name!r} in patches/stacks.toml")
+
+
+def tp_stacks() -> list[SglangStack]:
+    """The stacks of the tensor-parallel cases: sglang 0.5.9 (the seed's release) and the
+    newest stack."""
+    stacks = sglang_stacks()
+    newest = max(stacks, key=lambda s: Version(s.sglang))
+    return [s for s in stacks if s.name == SEED_STACK] + ([newest] if newest.name != SEED_STACK else [])
 
 
 TreeGetter = Callable[..., pathlib.Path]
