@@ -40,7 +40,7 @@ SGLANG_STACKS_BY_TORCH = {
 
 
 # The whole-model simulation on the installed packages: the last step of an install.
-INSTALLED_SIMULATION = "simulation=tests/models/simulate_installed.py --family llama"
+INSTALLED_SIMULATION = "simulation=tests/harness/models/simulate_installed.py --family llama"
 
 # pytest-xdist, one worker a CPU; a test file stays on one worker, so its module fixtures
 # (one child interpreter for a stack's whole-model batch) run once.

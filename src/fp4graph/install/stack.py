@@ -14,7 +14,7 @@ Steps (each recorded with its time and, when it fails, the last lines of its out
    sglang's server imports at start (FlashInfer, ``fp4_warmup``, the ModelOpt fp4 method,
    each family's model class, ``launch_server --help``);
 7. extra checks the caller names (the whole-model simulation on the installed packages:
-   ``tests/models/simulate_installed.py``), run by the venv's interpreter from the checkout.
+   ``tests/harness/models/simulate_installed.py``), run by the venv's interpreter from the checkout.
 
 Nothing stops at the first failure after the install: every step reports.
 """
