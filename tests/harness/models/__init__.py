@@ -23,4 +23,7 @@ Child side (imported only in the interpreter ``simulation`` starts, with ``tests
 - ``warmup_hooks``: observes the fp4 warm-up of each model (test_fp4_warmup_models.py).
 
 This package imports nothing at import: its children put the upstream trees first.
+Its own tests: test_stand_ins (records, fake CUDA indexing, the collectives through gloo),
+test_tables (families and full_size against fp4graph.integration.families),
+test_sgl_kernel_ops, test_simulate_installed, test_package (how children import it).
 """

@@ -1,0 +1,81 @@
+"""The model tables of the whole-model harness agree with fp4graph.integration.families:
+``families`` (the test-size rows and their variants) and ``full_size`` (the published
+configs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fp4graph.integration.families import FAMILIES, MOE_ROWS_ALIGNMENT, by_architecture
+from harness.models import families, full_size
+
+
+def test_every_integration_family_is_a_row_of_its_architecture_and_kind() -> None:
+    for name, family in FAMILIES.items():
+        row = families.row(name)
+        assert row["name"] == name
+        assert row["architecture"] == family.architecture, name
+        assert row["kind"] == ("moe" if family.moe else "dense"), name
+        assert row["config"]["architectures"] == [family.architecture], name
+
+
+def test_variant_rows_are_of_a_known_family() -> None:
+    for name in families.names():
+        assert by_architecture(families.ROWS[name]["architecture"]) is not None, name
+    assert set(families.names("moe")) | set(families.names("dense")) == set(families.names())
+
+
+def test_nsa_rows_are_the_nsa_families_and_enforce_piecewise() -> None:
+    assert set(families.NSA_FAMILIES) == {n for n, f in FAMILIES.items() if f.nsa}
+    for name in families.NSA_FAMILIES:
+        assert families.ROWS[name]["server_args"] == {"enforce_piecewise_cuda_graph": True}, name
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_a_tensor_parallel_row_shards_its_experts_in_whole_rows(tp: int) -> None:
+    """Each rank's w13 (2 x its share of moe_intermediate_size) fills the alignment."""
+    for name in families.names("moe"):
+        config = families.row(name, tp=tp)["config"]
+        if "moe_intermediate_size" in config:
+            assert 2 * config["moe_intermediate_size"] // tp >= MOE_ROWS_ALIGNMENT, (name, config)
+
+
+def test_row_is_a_copy() -> None:
+    row = families.row("llama")
+    row["config"]["hidden_size"] = -1
+    assert families.ROWS["llama"]["config"]["hidden_size"] != -1
+    assert families.row("deepseek-v3", tp=1)["config"] == families.ROWS["deepseek-v3"]["config"]
+
+
+@pytest.mark.parametrize("name", sorted(full_size.PUBLISHED))
+def test_published_config_is_its_family(name: str) -> None:
+    published = full_size.PUBLISHED[name]
+    family = FAMILIES[published.family]
+    assert published.family == name
+    assert published.config["architectures"] == [family.architecture]
+    assert published.config["model_type"] == family.model_type
+    row = full_size.row(name)
+    assert (row["name"], row["architecture"]) == (f"{name}-full", family.architecture)
+    assert row["kind"] == ("moe" if family.moe else "dense")
+
+
+@pytest.mark.parametrize("name", sorted(full_size.PUBLISHED))
+def test_full_size_cut_keeps_every_published_dimension(name: str) -> None:
+    """The cut replaces layer counts only; every other field is the model card's."""
+    published = full_size.PUBLISHED[name]
+    config = full_size.config(name)
+    assert set(published.cut) <= set(published.config), published.cut
+    for key, value in published.config.items():
+        assert config[key] == published.cut.get(key, value), key
+    assert config["quantization_config"]["quant_algo"] == "NVFP4"
+
+
+@pytest.mark.parametrize("name", sorted(full_size.PUBLISHED))
+def test_full_size_shards_evenly_at_its_tp(name: str) -> None:
+    """What ``per_rank`` divides splits ``full_size.TP`` ways without a remainder."""
+    c = full_size.PUBLISHED[name].config
+    for key in ("num_attention_heads", "intermediate_size", "moe_intermediate_size"):
+        if key in c:
+            assert c[key] % full_size.TP == 0, key
+    shares = full_size.per_rank(name)
+    assert shares["attention_heads"] * full_size.TP == c["num_attention_heads"]
