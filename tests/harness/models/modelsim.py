@@ -88,8 +88,8 @@ Stand-ins, and only these (tests/harness/models/stand_ins.py):
 
 Installed packages (``prepare(record, installed=True)``: ``nox -s install``'s simulation
 step, :func:`simulation.run_installed`): the child is the interpreter of a venv where the
-stack was installed as users install it, with nothing of ours on its path but this
-directory and fp4graph's ``src/``; sglang, FlashInfer (with the real flashinfer-cubin),
+stack was installed as users install it, with nothing of ours on its path but the harness
+(``tests/`` and ``tests/harness``: :data:`simulation.CHILD_PATH`) and fp4graph's ``src/``; sglang, FlashInfer (with the real flashinfer-cubin),
 sgl-kernel's Python, transformers, torch are the venv's.  The same stand-ins, plus one:
 sgl-kernel's loader does not load the wheel's compiled ``common_ops`` (CUDA kernels; 3
 above takes its place, as it does beside the Python-only tree).
