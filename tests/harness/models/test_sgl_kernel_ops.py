@@ -21,7 +21,7 @@ def _tree(root: pathlib.Path, requires: str) -> pathlib.Path:
 @pytest.mark.parametrize(("requires", "pin"), [
     ("Requires-Dist: sgl_kernel==0.3.21\n", ("sgl-kernel", "0.3.21")),
     ('Requires-Dist: sglang-kernel==0.4.2; extra == "srt"\n', ("sglang-kernel", "0.4.2")),
-])
+], ids=["sgl_kernel", "sglang-kernel-with-marker"])
 def test_kernel_requirement_reads_the_pin(tmp_path: pathlib.Path, requires: str, pin: tuple[str, str]) -> None:
     assert sgl_kernel_ops.kernel_requirement(_tree(tmp_path, requires)) == pin
 
