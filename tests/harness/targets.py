@@ -42,6 +42,15 @@ def ci_versions(versions: list[str], project: str = FLASHINFER, repo: pathlib.Pa
     return [v for v in versions if v in seed or v == versions[-1]] or [versions[-1]]
 
 
+def ci_stacks(names: list[str]) -> list[str]:
+    """The stacks a matrix's per-stack checks of a whole release (one child with that
+    release's sglang) run on: all of ``names`` in the full tier; in CI the seed stack and the
+    newest, as :func:`ci_versions` samples versions."""
+    if full_matrix() or not names:
+        return list(names)
+    return [name for name in names if name in (SEED_STACK, names[-1])]
+
+
 def sm12x_gpus() -> list[str]:
     """The simulated SM12x GPUs (``fp4graph.verify.simulate.GPUS`` keys: ``sm120``, the RTX
     PRO 6000; ``sm121``, the DGX Spark's GB10), SM120 first: every path the series take on

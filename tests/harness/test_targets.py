@@ -82,3 +82,13 @@ def test_ci_versions_are_the_seed_stacks_and_the_newest(monkeypatch: pytest.Monk
     assert targets.ci_versions(["0.6.1"]) == ["0.6.1"]
     monkeypatch.setenv("FP4GRAPH_MODELS", "full")
     assert targets.ci_versions(versions) == versions
+
+
+def test_ci_stacks_are_the_seed_stack_and_the_newest(monkeypatch: pytest.MonkeyPatch) -> None:
+    names = ["sglang-0.5.8", "sglang-0.5.9", "sglang-0.5.10", "sglang-0.5.11"]
+    monkeypatch.delenv("FP4GRAPH_MODELS", raising=False)
+    assert targets.ci_stacks(names) == ["sglang-0.5.9", "sglang-0.5.11"]
+    assert targets.ci_stacks(["sglang-0.5.8"]) == ["sglang-0.5.8"]  # the newest, seed or not
+    assert targets.ci_stacks([]) == []
+    monkeypatch.setenv("FP4GRAPH_MODELS", "full")
+    assert targets.ci_stacks(names) == names

@@ -8,6 +8,7 @@ from typing import Any
 from fp4graph.integration import flags, matrix
 from fp4graph.integration.families import Family
 from fp4graph.model import stacks
+from harness.targets import ci_stacks
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -25,6 +26,9 @@ def sglang_stacks() -> list[tuple[str, str, str]]:
 
 SGLANG_STACKS = sglang_stacks()
 STACK_IDS = [name for name, _, _ in SGLANG_STACKS]
+# The stacks whose release runs every cell through its ServerArgs and loader (a child of
+# 90-190 s each): all in the full tier (nox -s tracing), the seed's and the newest in CI.
+CHECKED_STACK_IDS = ci_stacks(STACK_IDS)
 
 
 def load_combinations(version: str) -> list[matrix.Cell]:

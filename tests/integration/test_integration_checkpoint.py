@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from matrix_cells import STACK_IDS, load_combinations, stack_versions
+from matrix_cells import CHECKED_STACK_IDS, load_combinations, stack_versions
 from safetensors.torch import load_file
 
 from fp4graph.integration import checkpoint, families
@@ -140,7 +140,7 @@ def test_the_entry_point_the_run_calls(tmp_path: pathlib.Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stack", STACK_IDS)
+@pytest.mark.parametrize("stack", CHECKED_STACK_IDS)
 def test_sglang_loads_every_family(sglang_checks: Any, stack: str) -> None:
     """That release's loader takes every family's checkpoint with each MoE backend and
     fusion setting: NVFP4 methods where ModelOpt quantized, every parameter written,

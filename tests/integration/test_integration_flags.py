@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 import pytest
-from matrix_cells import STACK_IDS, families, stack_versions
+from matrix_cells import CHECKED_STACK_IDS, STACK_IDS, families, stack_versions
 from packaging.version import Version
 
 from fp4graph.integration import flags
@@ -144,7 +144,7 @@ def test_flags_exist_in_that_sglang(wheel_tree: Any, stack: str, tmp_path: pathl
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stack", STACK_IDS)
+@pytest.mark.parametrize("stack", CHECKED_STACK_IDS)
 def test_every_cell_through_that_releases_server_args(sglang_checks: Any, stack: str) -> None:
     """sglang's own ServerArgs (argparse + __post_init__) of the stack's patched release takes
     every cell's arguments and decides piecewise exactly as the cell expects; the MoE
@@ -175,7 +175,7 @@ def test_every_cell_through_that_releases_server_args(sglang_checks: Any, stack:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stack", STACK_IDS)
+@pytest.mark.parametrize("stack", CHECKED_STACK_IDS)
 def test_nsa_needs_its_flag(sglang_checks: Any, stack: str) -> None:
     """Without a piecewise flag, sglang turns piecewise off for NSA models (0.5.9: opt-in;
     0.5.10+: the NSA auto-disable rule), and leaves it at its default for the others."""
@@ -223,7 +223,7 @@ def _speculative_expectation(version: str, family: Any) -> tuple[bool, bool, boo
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stack", STACK_IDS)
+@pytest.mark.parametrize("stack", CHECKED_STACK_IDS)
 def test_speculative_decoding_and_piecewise(sglang_checks: Any, stack: str) -> None:
     """GLM-5 and DeepSeek-V3 with MTP through each release's own ServerArgs, ModelRunner
     and PiecewiseCudaGraphRunner.can_run: the target runs piecewise where the table says,
