@@ -223,7 +223,21 @@ def fake_mode() -> Any:
 
     if "fake" not in _STATE:
         _STATE["fake"] = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv(allow_scalar_outputs=True))
+        _ignore_fake_mode_logging()
     return _STATE["fake"]
+
+
+def _ignore_fake_mode_logging() -> None:
+    """This mode is on the dispatch stack while Dynamo traces (a GPU run has none there):
+    torch 2.9's Dynamo then inlines its ``__torch_dispatch__`` on a ``torch.as_tensor`` of
+    a Python scalar and breaks the graph at its ``log.debug``. Its logger, and only its,
+    is one Dynamo ignores."""
+    import torch._dynamo.config
+    from torch._subclasses import fake_tensor
+
+    ignored = getattr(torch._dynamo.config, "ignore_logger_methods", None)
+    if ignored is not None:
+        ignored.update({fake_tensor.log.debug, fake_tensor.log.isEnabledFor})
 
 
 # --- building --------------------------------------------------------------------------
