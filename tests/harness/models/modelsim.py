@@ -70,6 +70,8 @@ Stand-ins, and only these (tests/harness/models/stand_ins.py):
    attributes ``__init__`` would set, from the real objects above;
 8. device memory has no data: every device tensor is a fake (FakeTensorMode with a
    ShapeEnv), so a host read of a device value (``.item()``) is an unbacked symbol;
+   Dynamo ignores that mode's own logger (torch 2.9 inlines the mode and would break
+   the graph at its ``log.debug``: :func:`_ignore_fake_mode_logging`);
    a split op or one of sglang's collective ops (``outplace_all_reduce`` & co.) called
    eagerly (between captured pieces, in a piece's warm-up or capture run, in an eager
    forward) runs the CUDA body sglang registered for it, as on a GPU, instead of the
