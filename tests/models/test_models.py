@@ -9,7 +9,8 @@ runner backend (``auto``; MoE families also ``flashinfer_cutlass``).
 
 Pristine fails with the seed error (or, where listed in :data:`EARLIER_FAILURES`, with
 an upstream bug the trace meets first; DSA (NSA) families: at the NSA code,
-:data:`NSA_PRISTINE_FAILURES`); patched traces every family with 0 graph breaks, the
+:data:`NSA_PRISTINE_FAILURES`; on GB10 with decode CUDA graphs, 0.5.10+ stop before the
+piecewise compile, in the capture: :data:`DEVICE_GRAPH_FAILURES`); patched traces every family with 0 graph breaks, the
 fp4 ops inside captured (non-split) pieces.  NSA families (GLM-5, DeepSeek-V3.2) also:
 sglang's NSA attention backend as it is picked on SM120, the indexer's k-cache store
 and top-k inside the ``k_cache_and_topk_result`` split op (its body runs there, its
@@ -49,7 +50,7 @@ from harness.models.expected import (
     REPLAY_TOKENS,
     assert_nsa,
 )
-from harness.targets import full_matrix, sm12x_gpus
+from harness.targets import full_matrix, sm12x_gpus, versions_with_topic
 
 SEED_ERROR = "Attempted to call function marked as skipped"
 NSA = families.NSA_FAMILIES
@@ -177,6 +178,42 @@ EARLIER_FAILURES = [
     ),
 ]
 
+
+@dataclasses.dataclass(frozen=True)
+class DeviceGraphFailure:
+    """An upstream bug that stops a pristine release in the decode CUDA graph capture
+    (``init_device_graphs``), which comes before the piecewise compile and its seed error."""
+
+    topic: str  # the series' fix: the releases whose series carry it have the bug
+    gpus: tuple[str, ...]
+    families: tuple[str, ...]
+    error: str  # in the error's text
+    where: str  # in the traceback
+
+    def matches(self, stack: simulation.SglangStack, case: Case, report: dict[str, Any]) -> bool:
+        return (
+            stack.sglang in versions_with_topic("sglang", self.topic)
+            and case.gpu in self.gpus
+            and case.family in self.families
+            and case.cuda_graph
+            and self.error in report.get("error_text", "")
+            and self.where in report.get("traceback", "")
+        )
+
+
+DEVICE_GRAPH_FAILURES = [
+    # 0.5.10+: the NSA indexer's torch.compile-d weights projection calls DeepGEMM, whose
+    # first call pre-compiles inside the trace; on unified memory the free-memory read is
+    # psutil's, a graph break, and the budget comparison guards on an unbacked float.
+    DeviceGraphFailure(
+        topic="deep-gemm-precompile-eager",
+        gpus=("sm121",),
+        families=tuple(NSA),
+        error="Could not guard on data-dependent expression zuf0",
+        where="deep_gemm_wrapper/compile_utils.py",
+    ),
+]
+
 STACKS = simulation.sglang_stacks()
 PARAMS = [
     pytest.param(stack, patched, case, id=f"{stack.name}-{'patched' if patched else 'pristine'}-{case.id}")
@@ -234,7 +271,11 @@ def test_whole_model(
     for name, value in families.ROWS[case.family].get("expect", {}).items():
         assert report.get(name) == value, (name, describe(report))
     if not patched:
-        assert not report["ok"] and report["stage"] == "init_piecewise_cuda_graphs", describe(report)
+        assert not report["ok"], describe(report)
+        if any(f.matches(stack, case, report) for f in DEVICE_GRAPH_FAILURES):
+            assert report["stage"] == "init_device_graphs", describe(report)
+            return
+        assert report["stage"] == "init_piecewise_cuda_graphs", describe(report)
         seed = any(SEED_ERROR in e for e in report["error_chain"]) and "allocate_lock" in report["error_text"]
         if case.family in NSA:
             assert seed or any(f.matches(report) for f in NSA_PRISTINE_FAILURES), describe(report)

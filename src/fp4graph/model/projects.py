@@ -238,6 +238,13 @@ SGLANG = Project(
                       why="NSA (DSA) models such as GLM-5 trace under piecewise CUDA graph "
                           "(backport of sglang PR #23351)",
                       versions=SpecifierSet(">=0.5.9,<0.5.13")),
+        # 0.5.10 made the NSA indexer's weights projection a DeepGEMM call inside
+        # torch.compile (#19041); its first call pre-compiles, which a trace cannot
+        # hold.  Main replaced the call with torch.mm (#23856).
+        RequiredTopic(name="deep-gemm-precompile-eager",
+                      why="the DeepGEMM JIT pre-compile stays out of torch.compile traces "
+                          "(GLM-5 and DeepSeek-V3.2 start on GB10 with CUDA graphs on)",
+                      versions=SpecifierSet(">=0.5.10,<=0.5.11")),
     ),
     linked_issues=(),
     pr_template=(
