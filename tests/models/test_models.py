@@ -155,6 +155,13 @@ NSA_PRISTINE_FAILURES = [
         where="nsa_indexer.py",
         why="the indexer branches on a host read of the batch's sequence lengths",
     ),
+    # The same host read on torch 2.9 (the 0.5.8-0.5.10.post1 pin), whose Dynamo stops at
+    # the .item() itself instead of guarding on the unbacked result.
+    NsaFailure(
+        error="Unsupported Tensor.item() call with capture_scalar_outputs=False",
+        where="nsa_indexer.py",
+        why="the indexer branches on a host read of the batch's sequence lengths",
+    ),
     # RadixAttention passes topk_indices (and the MLA rope arguments) to the attention
     # split op, whose schema lacks them; 0.5.10+ meet it in the eager forward before compile.
     NsaFailure(
@@ -170,7 +177,7 @@ EARLIER_FAILURES = [
     # forward first.
     EarlierFailure(
         sglang=("0.5.9",),
-        families=("deepseek-v3", "deepseek-v3-no-fusion"),
+        families=("deepseek-v3", "deepseek-v3-no-fusion", *NSA),
         cuda_graph=False,
         error="builtin isinstance() cannot determine type of argument",
         where="models/deepseek_v2.py:1384: forward_prepare sets self.attn_mha.kv_b_proj",
@@ -277,11 +284,11 @@ def test_whole_model(
             return
         assert report["stage"] == "init_piecewise_cuda_graphs", describe(report)
         seed = any(SEED_ERROR in e for e in report["error_chain"]) and "allocate_lock" in report["error_text"]
+        known = [f for f in EARLIER_FAILURES if f.matches(stack, case, report)]
         if case.family in NSA:
-            assert seed or any(f.matches(report) for f in NSA_PRISTINE_FAILURES), describe(report)
+            assert seed or known or any(f.matches(report) for f in NSA_PRISTINE_FAILURES), describe(report)
             return
         assert report["error"].startswith("torch._dynamo.exc."), describe(report)
-        known = [f for f in EARLIER_FAILURES if f.matches(stack, case, report)]
         assert seed or known, describe(report)
         return
     assert report["ok"], describe(report)

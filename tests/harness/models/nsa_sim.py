@@ -10,7 +10,10 @@ does, traced with sglang's ``install_torch_compiled`` under piecewise mode and s
 with sglang's ``split_graph``.
 
 Stand-ins (only what cannot exist on a CPU):
-- the device: sgsim / fp4graph.simulate (an SM120 GPU, fake CUDA tensors);
+- the device: sgsim / fp4graph.simulate (an SM120 GPU, fake CUDA tensors); Python
+  indexing and ``Tensor.copy_`` of fake CUDA tensors as the aten ops they are
+  (``stand_ins.install_fake_cuda_indexing``: torch 2.9's CUDA build takes a device
+  guard in those bindings, which a machine without a driver refuses);
 - sgl_kernel and torchvision: sgsim's inert modules (the rotary embedding's sgl_kernel
   call traces as an inert call: it is not what this block tests);
 - ``deep_gemm``: a module answering ``get_num_sms`` (the SM count of the simulated GPU)
@@ -51,6 +54,9 @@ SHAPES = {
 
 def prepare(gpu: str = "sm120") -> None:
     sgsim.prepare(gpu)
+    from harness.models import stand_ins
+
+    stand_ins.install_fake_cuda_indexing()
     import torch.utils._triton
 
     # Dynamo wraps Triton kernels (the indexer's act_quant) as a Triton HOP only when a
