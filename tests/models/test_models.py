@@ -176,11 +176,11 @@ EARLIER_FAILURES = [
     # attention before the first fp4 linear, and its lazy init fails without an eager
     # forward first.
     EarlierFailure(
-        sglang=("0.5.9",),
+        sglang=tuple(versions_with_topic("sglang", "eager-forward-before-compile")),  # 0.5.8-0.5.9
         families=("deepseek-v3", "deepseek-v3-no-fusion", *NSA),
         cuda_graph=False,
         error="builtin isinstance() cannot determine type of argument",
-        where="models/deepseek_v2.py:1384: forward_prepare sets self.attn_mha.kv_b_proj",
+        where="models/deepseek_v2.py forward_prepare (0.5.9: line 1384) sets self.attn_mha.kv_b_proj",
         fixed_by="0006-eager-forward-before-piecewise-compile.patch",
     ),
 ]
