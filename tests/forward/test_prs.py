@@ -5,6 +5,7 @@ Downloads the flashinfer 0.6.3 and sglang 0.5.9 sdists (about 5 and 4 MB, cached
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import subprocess
@@ -92,6 +93,8 @@ def test_sglang_prs_use_the_python_layout(checkout: Settings, tmp_path: pathlib.
     assert [t.path for t in result.tests] == ["test/registered/test_fixture_marker.py"]
     # passes where sglang's dependencies are installed; else reported, not failed
     assert result.tests[0].outcome in ("passed", "not-run"), result.tests[0].output
+    if result.tests[0].outcome == "passed":  # the marker is the patch's own
+        assert result.tests[0].without_change == "failed", result.tests[0]
     if tools:
         assert {c.hook for c in result.checks} == {"isort", "black-jupyter", "codespell"}
         assert result.ok, [c.output for c in result.checks if not c.ok]
@@ -161,3 +164,28 @@ def test_tests_must_run_fails_a_file_that_ran_nothing() -> None:
 
     assert result("passed", True).ok and result("skipped", False).ok
     assert not result("skipped", True).ok and not result("not-run", True).ok
+
+
+def test_a_test_that_passes_without_its_change_is_inconclusive(checkout: Settings, tmp_path: pathlib.Path) -> None:
+    """Each added test runs again on the commit below its patch with only the file taken
+    over; one that passes there too shows no fix: reported, and under --tests-must-run a
+    failure."""
+    add_series(checkout, "sglang", "0.5.9", ["0005-test-without-change.patch"])
+    result = prs.prepare(checkout, "sglang", tmp_path / "out", version="0.5.9", run_checks=False,
+                         python=sys.executable, tests_must_run=True)
+    by_path = {t.path: t for t in result.tests}
+    shows = by_path["test/registered/test_fixture_reads_flag.py"]
+    anyway = by_path["test/registered/test_fixture_passes_anyway.py"]
+    assert (shows.outcome, shows.without_change) == ("passed", "failed"), shows
+    assert (anyway.outcome, anyway.without_change) == ("passed", "passed"), anyway
+    assert anyway.shows_no_fix and not shows.shows_no_fix
+    assert not result.ok
+    assert dataclasses.replace(result, tests_must_run=False).ok
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "passes without the change too" in summary
+    assert "without the change: failed" in summary
+    body = result.prs[0].body_file.read_text()
+    assert "test_fixture_passes_anyway.py`: passed; it passes without the change too" in body
+    # the repository is left at the series' tip
+    repo = tmp_path / "out" / "repo"
+    assert (repo / "python/sglang/fp4graph_fixture_flag.py").is_file()

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         status = "PASSED" if c.ok else c.status
         print(f"  check {c.hook}: {status} ({len(c.files)} file(s))")
     for t in result.tests:
-        print(f"  test {t.path}: {t.outcome}")
+        print(f"  test {t.path}: {t.outcome}{prs.without_change_note(t)}")
     for name, why in result.not_proposed:
         print(f"  not proposed {name}: {why}")
     print(f"wrote {done.out} (summary.md, prs/*/PR.md, repo/)")

@@ -55,6 +55,13 @@ class TestRun:
     command: str
     outcome: str  # passed | failed | skipped | not-run
     output: str
+    # The outcome on the commit below the patch that adds the file, with only the file
+    # taken over (None: not run there); a test that passes there too shows no fix.
+    without_change: str | None = None
+
+    @property
+    def shows_no_fix(self) -> bool:
+        return self.outcome == "passed" and self.without_change == "passed"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,9 +91,12 @@ class Result:
 
     @property
     def ok(self) -> bool:
+        """Checks pass and no added test fails; with ``tests_must_run`` every added test also
+        ran and fails on the commit below its change (else it is inconclusive)."""
         failing = ("failed", "not-run", "skipped") if self.tests_must_run else ("failed",)
         return not any(c.blocks for c in self.checks) and all(
-            t.outcome not in failing for t in self.tests
+            t.outcome not in failing and not (self.tests_must_run and t.shows_no_fix)
+            for t in self.tests
         )
 
 
@@ -144,7 +154,7 @@ def _test_plan(patch: Patch, result_tests: Sequence[TestRun], project: str) -> s
     added = [t for t in result_tests if t.path in patch.files]
     lines = []
     for t in added:
-        lines.append(f"- `{t.command}`: {t.outcome}")
+        lines.append(f"- `{t.command}`: {t.outcome}{without_change_note(t)}")
     if not added:
         lines.append("- This patch adds no test file; it is covered by the tests of the stack.")
     lines.append(
@@ -152,6 +162,14 @@ def _test_plan(patch: Patch, result_tests: Sequence[TestRun], project: str) -> s
         "(`torch.compile(fullgraph=True)` over the NVFP4 path) with this change applied."
     )
     return "\n".join(lines)
+
+
+def without_change_note(t: TestRun) -> str:
+    if t.without_change is None:
+        return ""
+    if t.shows_no_fix:
+        return "; it passes without the change too (it does not show the fix)"
+    return f"; without the change: {t.without_change}"
 
 
 def _check_text(results: Sequence[checks.CheckResult], patch: Patch) -> tuple[bool, str]:
@@ -276,9 +294,12 @@ def _all_skipped(output: str) -> bool:
 
 
 def run_added_tests(
-    repo: SourceRepo, series: Series, python: str, timeout: int
+    repo: SourceRepo, series: Series, python: str, timeout: int,
+    applied: Sequence[Applied] = (),
 ) -> list[TestRun]:
-    """Run each test file the series adds or changes, with ``python``, on this machine."""
+    """Run each test file the series adds or changes, with ``python``, on this machine; where
+    it passes and ``applied`` names the commit of the patch that adds it, again on the commit
+    below that one with only the file taken over (``TestRun.without_change``)."""
     project = projects.get(repo.project)
     if project.editable_data is not None:
         link_editable_data(repo.path, project.editable_data)
@@ -288,39 +309,51 @@ def run_added_tests(
     for rel in paths:
         if not (repo.path / rel).is_file():
             continue
-        env = dict(os.environ)
-        if project.tests_run_as == "script":
-            cmd = [python, rel]
-        else:
-            cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", rel]
-        root = repo.path / project.test_pythonpath
-        env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+        cmd = [python, rel] if project.tests_run_as == "script" else [
+            python, "-m", "pytest", "-q", "-p", "no:cacheprovider", rel]
         shown = subprocess.list2cmdline(["python", *cmd[1:]])
         if probe.returncode != 0:
             runs.append(TestRun(path=rel, command=shown, outcome="not-run",
                                 output=f"{python} has no torch: {probe.stderr.strip()[-300:]}"))
             continue
         log(f"test {shown}")
-        try:
-            result = subprocess.run(cmd, cwd=repo.path, env=env, capture_output=True, text=True,
-                                    timeout=timeout)
-        except subprocess.TimeoutExpired:
-            runs.append(TestRun(path=rel, command=shown, outcome="failed", output=f"timed out after {timeout}s"))
-            continue
-        output = (result.stdout + result.stderr).strip()
-        missing = re.search(r"ModuleNotFoundError: No module named '([^']+)'", output)
-        if result.returncode != 0 and missing:
-            runs.append(TestRun(path=rel, command=shown, outcome="not-run",
-                                output=f"needs {missing[1]!r}, which {python} lacks\n" + output[-2000:]))
-            continue
-        if result.returncode == 0:
-            outcome = "skipped" if _all_skipped(output) else "passed"
-        elif result.returncode == 5:
-            outcome = "skipped"
-        else:
-            outcome = "failed"
-        runs.append(TestRun(path=rel, command=shown, outcome=outcome, output=output[-4000:]))
+        outcome, output = _run_test(repo, cmd, project.test_pythonpath, python, timeout)
+        without = None
+        adding = [a.commit for a in applied if rel in a.patch.files]
+        if outcome == "passed" and adding:
+            log(f"test {shown} on the commit below its change")
+            tip = git(repo.path, "rev-parse", "HEAD").stdout.strip()
+            git(repo.path, "checkout", "-q", "-f", "--detach", f"{adding[-1]}^")
+            git(repo.path, "checkout", adding[-1], "--", rel)
+            try:
+                without, _ = _run_test(repo, cmd, project.test_pythonpath, python, timeout)
+            finally:
+                git(repo.path, "checkout", "-q", "-f", "--detach", tip)
+        runs.append(TestRun(path=rel, command=shown, outcome=outcome, output=output[-4000:],
+                            without_change=without))
     return runs
+
+
+def _run_test(
+    repo: SourceRepo, cmd: list[str], pythonpath: str, python: str, timeout: int
+) -> tuple[str, str]:
+    """(outcome, output) of one test command in the tree as it is checked out."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(repo.path / pythonpath), env.get("PYTHONPATH", "")])
+    try:
+        result = subprocess.run(cmd, cwd=repo.path, env=env, capture_output=True, text=True,
+                                timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "failed", f"timed out after {timeout}s"
+    output = (result.stdout + result.stderr).strip()
+    missing = re.search(r"ModuleNotFoundError: No module named '([^']+)'", output)
+    if result.returncode != 0 and missing:
+        return "not-run", f"needs {missing[1]!r}, which {python} lacks\n" + output[-2000:]
+    if result.returncode == 0:
+        return ("skipped" if _all_skipped(output) else "passed"), output
+    if result.returncode == 5:
+        return "skipped", output
+    return "failed", output
 
 
 # --- what is not proposed ----------------------------------------------------------
@@ -428,7 +461,7 @@ def prepare(
             )
         else:
             checks_source, check_results = "not run (--no-checks)", []
-        tests = run_added_tests(source, series, python, test_timeout) if run_tests else []
+        tests = run_added_tests(source, series, python, test_timeout, applied) if run_tests else []
         template, template_source = read_template(source.path, project)
         bench = latest_bench(settings.repo)
         skipped = not_proposed(settings, series)
@@ -549,7 +582,7 @@ def _write_summary(staging: pathlib.Path, result: Result, template_source: str) 
         "",
         "## Tests the patches add",
         "",
-        *[f"- `{t.command}`: {t.outcome}" for t in result.tests],
+        *[f"- `{t.command}`: {t.outcome}{without_change_note(t)}" for t in result.tests],
         *(["- (none)"] if not result.tests else []),
         "",
     ]
