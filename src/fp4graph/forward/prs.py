@@ -45,7 +45,7 @@ from ..wheels.fetch import fetch
 from ..wheels.index import core_metadata
 from . import checks
 from .rebase import Applied, am_series
-from .sources import SourceRepo, checkout_at, git, source_repo
+from .sources import SourceRepo, checkout_at, files_over, git, source_repo
 
 BRANCH_PREFIX = "fp4graph/"
 
@@ -322,13 +322,8 @@ def run_added_tests(
         adding = [a.commit for a in applied if rel in a.patch.files]
         if outcome == "passed" and adding:
             log(f"test {shown} on the commit below its change")
-            tip = git(repo.path, "rev-parse", "HEAD").stdout.strip()
-            git(repo.path, "checkout", "-q", "-f", "--detach", f"{adding[-1]}^")
-            git(repo.path, "checkout", adding[-1], "--", rel)
-            try:
+            with files_over(repo.path, f"{adding[-1]}^", adding[-1], [rel]):
                 without, _ = _run_test(repo, cmd, project.test_pythonpath, python, timeout)
-            finally:
-                git(repo.path, "checkout", "-q", "-f", "--detach", tip)
         runs.append(TestRun(path=rel, command=shown, outcome=outcome, output=output[-4000:],
                             without_change=without))
     return runs

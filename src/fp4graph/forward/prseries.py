@@ -40,7 +40,7 @@ from ..model.log import log
 from ..model.series import Patch, load_series
 from . import checks, prbranches
 from .prs import _issue_ref, _sections, issue_links, link_editable_data
-from .sources import SourceRepo, checkout_at, clone, git
+from .sources import SourceRepo, checkout_at, clone, files_over, git
 
 DEFAULT_TIMEOUT = 900
 # Loaded into the tests' pytest by name (never imported here): torch's device queries
@@ -319,14 +319,9 @@ def prepare_series(
             if run_tests_ and tests:
                 ran = run_tests(source.path, tests, project, python, test_timeout, scratch,
                                 simulated_gpu=simulated_gpu)
-                git(source.path, "checkout", "-q", "-f", "--detach", branch.parent)
-                present = [t for t in tests if git(source.path, "cat-file", "-e",
-                                                    f"{branch.commit}:{t}", check=False).returncode == 0]
-                if present:
-                    git(source.path, "checkout", branch.commit, "--", *present)
-                before = run_tests(source.path, tests, project, python, test_timeout, scratch,
-                                   simulated_gpu=simulated_gpu)
-                git(source.path, "reset", "-q", "--hard")
+                with files_over(source.path, branch.parent, branch.commit, tests):
+                    before = run_tests(source.path, tests, project, python, test_timeout, scratch,
+                                       simulated_gpu=simulated_gpu)
             prs.append(PullRequest(branch=branch, files=files, added_lines=added,
                                    removed_lines=removed, checks=tuple(results),
                                    tests=tuple(ran), without_change=tuple(before)))

@@ -18,7 +18,7 @@ import subprocess
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from ..model import projects
 from ..model.config import Settings
@@ -227,3 +227,19 @@ def checkout_at(source: SourceRepo, commit: str) -> Iterator[pathlib.Path]:
     finally:
         git(source.path, "worktree", "remove", "--force", str(tmp / "tree"), check=False)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def files_over(path: pathlib.Path, below: str, commit: str, files: Sequence[str]) -> Iterator[None]:
+    """The work tree of ``path`` at ``below`` with those of ``files`` that ``commit`` has
+    taken over from it (a change's tests on the commit below the change); back at the
+    commit checked out before, afterwards."""
+    tip = git(path, "rev-parse", "HEAD").stdout.strip()
+    git(path, "checkout", "-q", "-f", "--detach", below)
+    present = [f for f in files if git(path, "cat-file", "-e", f"{commit}:{f}", check=False).returncode == 0]
+    if present:
+        git(path, "checkout", commit, "--", *present)
+    try:
+        yield
+    finally:
+        git(path, "checkout", "-q", "-f", "--detach", tip)
