@@ -10,7 +10,7 @@ runner backend (``auto``; MoE families also ``flashinfer_cutlass``).
 Pristine fails with the seed error (or, where listed in :data:`EARLIER_FAILURES`, with
 an upstream bug the trace meets first; DSA (NSA) families: at the NSA code,
 :data:`NSA_PRISTINE_FAILURES`; on GB10 with decode CUDA graphs, 0.5.10+ stop before the
-piecewise compile, in the capture: :data:`DEVICE_GRAPH_FAILURES`); patched traces every family with 0 graph breaks, the
+piecewise compile, in the capture, also in :data:`EARLIER_FAILURES`); patched traces every family with 0 graph breaks, the
 fp4 ops inside captured (non-split) pieces.  NSA families (GLM-5, DeepSeek-V3.2) also:
 sglang's NSA attention backend as it is picked on SM120, the indexer's k-cache store
 and top-k inside the ``k_cache_and_topk_result`` split op (its body runs there, its
@@ -117,21 +117,26 @@ def matrix(stack_name: str, patched: bool) -> list[Case]:
 
 @dataclasses.dataclass(frozen=True)
 class EarlierFailure:
-    """An upstream bug (not fp4) a pristine release hits before the seed error."""
+    """An upstream bug (not fp4) a pristine release hits before the seed error: in the
+    piecewise compile, or in the decode CUDA graph capture before it (``stage``)."""
 
-    sglang: tuple[str, ...]
+    fixed_by: str  # the topic of the series' fix: the releases whose series carry it have the bug
     families: tuple[str, ...]
     cuda_graph: bool
     error: str  # in the error's text
-    where: str
-    fixed_by: str  # the patch of the series that fixes it
+    where: str  # in the traceback or the error's text
+    gpus: tuple[str, ...] = tuple(SIMULATED_GPUS)
+    stage: str = "init_piecewise_cuda_graphs"
 
     def matches(self, stack: simulation.SglangStack, case: Case, report: dict[str, Any]) -> bool:
+        text = report.get("error_text", "") + report.get("traceback", "")
         return (
-            stack.sglang in self.sglang
+            stack.sglang in versions_with_topic("sglang", self.fixed_by)
             and case.family in self.families
             and case.cuda_graph == self.cuda_graph
+            and case.gpu in self.gpus
             and self.error in report.get("error_text", "")
+            and self.where in text
         )
 
 
@@ -172,52 +177,28 @@ NSA_PRISTINE_FAILURES = [
 ]
 
 EARLIER_FAILURES = [
-    # On torch 2.9 (the stack's pin; torch 2.13 traces it): the first trace meets the
-    # attention before the first fp4 linear, and its lazy init fails without an eager
-    # forward first.
+    # On torch 2.9 (the stacks' pin; torch 2.13 traces it): the first trace meets the
+    # attention before the first fp4 linear, and its lazy init (deepseek_v2.py
+    # forward_prepare sets self.attn_mha.kv_b_proj; 0.5.9: line 1384) fails without an
+    # eager forward first.
     EarlierFailure(
-        sglang=tuple(versions_with_topic("sglang", "eager-forward-before-compile")),  # 0.5.8-0.5.9
+        fixed_by="eager-forward-before-compile",  # 0006 of 0.5.8-0.5.9
         families=("deepseek-v3", "deepseek-v3-no-fusion", *NSA),
         cuda_graph=False,
         error="builtin isinstance() cannot determine type of argument",
-        where="models/deepseek_v2.py forward_prepare (0.5.9: line 1384) sets self.attn_mha.kv_b_proj",
-        fixed_by="0006-eager-forward-before-piecewise-compile.patch",
+        where="forward_prepare",
     ),
-]
-
-
-@dataclasses.dataclass(frozen=True)
-class DeviceGraphFailure:
-    """An upstream bug that stops a pristine release in the decode CUDA graph capture
-    (``init_device_graphs``), which comes before the piecewise compile and its seed error."""
-
-    topic: str  # the series' fix: the releases whose series carry it have the bug
-    gpus: tuple[str, ...]
-    families: tuple[str, ...]
-    error: str  # in the error's text
-    where: str  # in the traceback
-
-    def matches(self, stack: simulation.SglangStack, case: Case, report: dict[str, Any]) -> bool:
-        return (
-            stack.sglang in versions_with_topic("sglang", self.topic)
-            and case.gpu in self.gpus
-            and case.family in self.families
-            and case.cuda_graph
-            and self.error in report.get("error_text", "")
-            and self.where in report.get("traceback", "")
-        )
-
-
-DEVICE_GRAPH_FAILURES = [
     # 0.5.10+: the NSA indexer's torch.compile-d weights projection calls DeepGEMM, whose
     # first call pre-compiles inside the trace; on unified memory the free-memory read is
     # psutil's, a graph break, and the budget comparison guards on an unbacked float.
-    DeviceGraphFailure(
-        topic="deep-gemm-precompile-eager",
-        gpus=("sm121",),
+    EarlierFailure(
+        fixed_by="deep-gemm-precompile-eager",  # 0004 of 0.5.10-0.5.11
         families=tuple(NSA),
+        cuda_graph=True,
         error="Could not guard on data-dependent expression zuf0",
         where="deep_gemm_wrapper/compile_utils.py",
+        gpus=("sm121",),
+        stage="init_device_graphs",
     ),
 ]
 
@@ -279,12 +260,9 @@ def test_whole_model(
         assert report.get(name) == value, (name, describe(report))
     if not patched:
         assert not report["ok"], describe(report)
-        if any(f.matches(stack, case, report) for f in DEVICE_GRAPH_FAILURES):
-            assert report["stage"] == "init_device_graphs", describe(report)
-            return
-        assert report["stage"] == "init_piecewise_cuda_graphs", describe(report)
-        seed = any(SEED_ERROR in e for e in report["error_chain"]) and "allocate_lock" in report["error_text"]
         known = [f for f in EARLIER_FAILURES if f.matches(stack, case, report)]
+        assert report["stage"] == (known[0].stage if known else "init_piecewise_cuda_graphs"), describe(report)
+        seed = any(SEED_ERROR in e for e in report["error_chain"]) and "allocate_lock" in report["error_text"]
         if case.family in NSA:
             assert seed or known or any(f.matches(report) for f in NSA_PRISTINE_FAILURES), describe(report)
             return
