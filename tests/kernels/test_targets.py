@@ -70,14 +70,13 @@ def test_default_kinds_are_what_the_warmup_requests() -> None:
 def test_every_sglang_stack_has_default_kinds_and_the_074_stack_is_refused() -> None:
     settings = config.Settings.from_env(REPO)
     catalog = load(settings.stacks_file)
-    for stack in catalog.stacks:
-        projects = {catalog.artifacts[k].project: catalog.artifacts[k].version for k in stack.artifacts}
-        if "sglang" in projects:
-            assert targets.default_kinds(projects["sglang"], stack.name), stack.name
-            assert kernels.requirements(settings, stack.name, ("probe",))[0].startswith("apache-tvm-ffi==")
-        else:
-            with pytest.raises(KernelsError, match="provider packages"):
-                kernels.requirements(settings, stack.name)
+    with_sglang = catalog.sglang_stacks()
+    for stack in with_sglang:
+        assert targets.default_kinds(catalog.versions(stack)["sglang"], stack.name), stack.name
+        assert kernels.requirements(settings, stack.name, ("probe",))[0].startswith("apache-tvm-ffi==")
+    for stack in [s for s in catalog.stacks if s not in with_sglang]:
+        with pytest.raises(KernelsError, match="provider packages"):
+            kernels.requirements(settings, stack.name)
 
 
 def test_a_stack_without_defaults_asks_for_modules() -> None:

@@ -10,7 +10,6 @@ import tempfile
 from ..install import deps, lock
 from ..install import stack as install
 from ..model import config
-from . import install as install_command
 from .lock import sglang_stacks, uv_command
 
 NAME = "deps"
@@ -37,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
             def unlocked(name: str) -> install.InstallOptions:
                 return install.options_for(
                     settings, name, venv=pathlib.Path(tmp) / name, base_python=args.python,
-                    architectures=install_command.architectures, locked=False, installer=args.installer,
+                    locked=False, installer=args.installer,
                     log_file=out / "deps-drift" / f"{name}.log")
         options = deps.DriftOptions(resolver=lock.LockOptions(uv=uv_command(args.uv)), unlocked_install=unlocked)
         results = deps.drift(settings, args.stack or sglang_stacks(settings), options)

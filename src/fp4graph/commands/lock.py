@@ -27,9 +27,7 @@ def uv_command(value: str | None) -> tuple[str, ...]:
 
 
 def sglang_stacks(settings: config.Settings) -> list[str]:
-    catalog = stacks.load(settings.stacks_file)
-    return [s.name for s in catalog.stacks
-            if any(a.project == "sglang" for a in catalog.stack_artifacts(s))]
+    return [s.name for s in stacks.load(settings.stacks_file).sglang_stacks()]
 
 
 def run(args: argparse.Namespace) -> int:
