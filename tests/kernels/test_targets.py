@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import pathlib
 
 import pytest
@@ -49,22 +48,6 @@ def test_the_wheel_version_names_the_release_toolkit_revision_and_arch() -> None
         "0.6.3+cu130.fp4graph.4.sm120a.probe"
     # The series' kernel-package-version check compares the release (public) versions.
     assert version.public == Version("0.6.3+fp4graph.4").public
-
-
-def _warmup_table() -> dict[str, list[str]]:
-    """LINEAR of tests/models/test_fp4_warmup_models.py: the kinds sglang's own code requests
-    (checked there on a simulated SM120, for the stacks it lists)."""
-    source = (REPO / "tests" / "models" / "test_fp4_warmup_models.py").read_text()
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "LINEAR" for t in node.targets):
-            table: dict[str, list[str]] = ast.literal_eval(node.value)
-            return table
-    raise AssertionError("tests/models/test_fp4_warmup_models.py has no LINEAR table")
-
-
-def test_default_kinds_are_what_the_warmup_requests() -> None:
-    for sglang, kinds in _warmup_table().items():
-        assert sorted(targets.DEFAULT_KINDS[sglang]) == sorted(kinds), sglang
 
 
 def test_every_sglang_stack_has_default_kinds_and_the_074_stack_is_refused() -> None:
