@@ -420,7 +420,10 @@ def target_artifact(settings: Settings, project: str, version: str | None) -> Ar
     catalog = load(settings.stacks_file)
     if version is not None:
         return catalog.artifact(project, version)
-    pinned = [a for a in catalog.artifacts.values() if a.project == project]
+    # The newest release a stack serves: a release pinned without one (measured pristine,
+    # tests/models/test_releases.py) is no target for the series' pull requests.
+    served = {key for stack in catalog.stacks for key in stack.artifacts}
+    pinned = [a for a in catalog.artifacts.values() if a.project == project and a.key in served]
     if not pinned:
         raise ConfigError(f"{settings.stacks_file}: no {project} artifact pinned")
     return max(pinned, key=lambda a: Version(a.version))
