@@ -121,6 +121,15 @@ PRISTINE_RELEASES: dict[str, PristineRelease] = {
             "glm5": _NSA_0512, "deepseek-v3.2": _NSA_0512,
         },
     ),
+    # PR #23351 upstream: NSA models in piecewise, the indexer's top-k a split op.
+    "0.5.13.post1": PristineRelease(
+        flashinfer="0.6.12", torch="2.11.0", transformers="5.8.1",
+        default_prefill="piecewise (torch.compile, PiecewiseCudaGraphRunner), on by default",
+        families={
+            "llama": WORKS, "qwen3": WORKS, "qwen3-moe": WORKS, "deepseek-v3": WORKS,
+            "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS, "glm5": WORKS, "deepseek-v3.2": WORKS,
+        },
+    ),
 }
 
 
