@@ -20,21 +20,24 @@ from fp4graph.model import projects
 from fp4graph.model.config import Settings
 from fp4graph.model.errors import PatchError
 
-from .conftest import FI, MARKER, add_series, has_tools
+from .conftest import FI, MARKER, add_series, assert_claims_only_what_ran, has_tools
 
 pytestmark = pytest.mark.slow
+USER = ("A User", "a.user@example.org")
 
 
 def test_flashinfer_prs_from_the_sdist(checkout: Settings, tmp_path: pathlib.Path) -> None:
     out = tmp_path / "out"
-    result = prs.prepare(checkout, FI, out, version="0.6.3", run_checks=False, run_tests=False)
+    result = prs.prepare(checkout, FI, out, version="0.6.3", run_checks=False, run_tests=False,
+                         identity=USER)
     assert result.origin == "sdist flashinfer_python-0.6.3.tar.gz"
-    assert [pr.branch for pr in result.prs] == ["fp4graph/fixture-marker"]
+    assert [pr.branch for pr in result.prs] == ["test/fixture-marker"]  # named for the change
     repo = out / "repo"
-    log = git(repo, "log", "--format=%an|%s", "-2", "fp4graph/fixture-marker").stdout
-    assert log.splitlines() == [
-        "fp4graph|test: add a marker the engine tests look for",
-        "fp4graph|flashinfer-python 0.6.3 (flashinfer_python-0.6.3.tar.gz)",
+    log = git(repo, "log", "--format=%an <%ae>|%cn|%s", "-2", "test/fixture-marker").stdout
+    assert log.splitlines() == [  # the change is the user's; the sdist's import commit is ours
+        "A User <a.user@example.org>|A User|test: add a marker the engine tests look for",
+        "fp4graph <fp4graph@users.noreply.github.com>|fp4graph|"
+        "flashinfer-python 0.6.3 (flashinfer_python-0.6.3.tar.gz)",
     ]
     assert 'FP4GRAPH_FIXTURE = "applied"' in (repo / "flashinfer/__init__.py").read_text()
     assert (repo / "tests/utils/test_fixture_marker.py").is_file()
@@ -45,12 +48,12 @@ def test_flashinfer_prs_from_the_sdist(checkout: Settings, tmp_path: pathlib.Pat
     for heading in ("Description", "Related Issues", "Pull Request Checklist", "Tests", "Reviewer Notes"):
         assert heading in body
     assert "#2999" in body and "#2733" in body
-    assert "No benchmark results yet" in body
+    assert "No benchmark: this change makes no performance claim." in body
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["prs"][0]["branch"] == "fp4graph/fixture-marker"
+    assert summary["prs"][0]["branch"] == "test/fixture-marker"
     # the same inputs make the same commits (fixed committer identity and date)
     again = prs.prepare(checkout, FI, tmp_path / "again", version="0.6.3",
-                             run_checks=False, run_tests=False)
+                        run_checks=False, run_tests=False, identity=USER)
     assert again.prs[0].commit == result.prs[0].commit
 
 
@@ -90,6 +93,7 @@ def test_sglang_prs_use_the_python_layout(checkout: Settings, tmp_path: pathlib.
     for heading in ("## Motivation", "## Modifications", "## Benchmark & Profiling", "## Checklist"):
         assert heading in body
     assert "flashinfer-ai/flashinfer#2999" in body
+    assert_claims_only_what_ran(body)
     assert [t.path for t in result.tests] == ["test/registered/test_fixture_marker.py"]
     # passes where sglang's dependencies are installed; else reported, not failed
     assert result.tests[0].outcome in ("passed", "not-run"), result.tests[0].output
@@ -114,7 +118,7 @@ def test_local_clone_and_explicit_push(checkout: Settings, tmp_path: pathlib.Pat
     assert result.origin.startswith(f"clone of {user}")
     assert not git(remote, "branch", "--list").stdout.strip()  # dry run: nothing pushed
     prs.push(result, str(remote), user)
-    assert "fp4graph/fixture-marker" in git(remote, "branch", "--list").stdout
+    assert "test/fixture-marker" in git(remote, "branch", "--list").stdout
 
 
 def test_push_needs_a_remote(capsys: pytest.CaptureFixture[str]) -> None:
@@ -186,6 +190,8 @@ def test_a_test_that_passes_without_its_change_is_inconclusive(checkout: Setting
     assert "without the change: failed" in summary
     body = result.prs[0].body_file.read_text()
     assert "test_fixture_passes_anyway.py`: passed; it passes without the change too" in body
+    assert_claims_only_what_ran(body)
     # the repository is left at the series' tip
     repo = tmp_path / "out" / "repo"
     assert (repo / "python/sglang/fp4graph_fixture_flag.py").is_file()
+

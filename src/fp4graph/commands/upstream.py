@@ -7,6 +7,7 @@ import pathlib
 import sys
 
 from ..forward import prs, prseries
+from ..forward.sources import user_identity
 from ..model import projects, pullrequests
 from ..model.config import Settings
 from ..model.errors import Fp4graphError
@@ -40,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--print-test-requirements", action="store_true",
                    help="print what those tests need installed and exit (torch only where they "
                         "need the release's own pin: sglang's)")
+    p.add_argument("--author", help="'Name <email>' of the pull-request commits (default: your git "
+                   "identity, user.name and user.email)")
     p.add_argument("--push", action="store_true", help="push the PR branches (needs --remote)")
     p.add_argument("--remote", help="where to push: a URL or a remote name of --repo")
     common.add_index_options(p)
@@ -60,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         project=args.project, version=args.version, repo=args.repo, base=args.base, out=args.out,
         run_checks=not args.no_checks, tools=args.tools, run_tests=not args.no_tests, python=args.python,
         tests_must_run=args.tests_must_run, push_to=args.remote if args.push else None,
+        identity=user_identity(args.author, args.repo),
     )
     done = prs.run_upstream(settings, options)
     result = done.prepared
@@ -99,8 +103,9 @@ def _run_series(args: argparse.Namespace, settings: Settings, cut: pullrequests.
         settings, args.project, out, repo=args.repo, series=cut.series, base=args.base,
         run_checks=not args.no_checks, tools=args.tools, run_tests_=not args.no_tests,
         python=args.python, tests_must_run=args.tests_must_run,
-        benches=prseries.bench_results(settings.repo),
+        benches=prs.bench_results(settings.repo),
         simulated_gpu=True if args.simulated_gpu else None,
+        identity=user_identity(args.author, args.repo),
     )
     print(f"{result.project} {result.series}: branches on {result.target_ref} {result.target[:12]}")
     for carried in result.carried:

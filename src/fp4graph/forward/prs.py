@@ -26,7 +26,7 @@ import re
 import subprocess
 import sys
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from packaging.markers import default_environment
@@ -44,10 +44,10 @@ from ..model.stacks import Artifact, load
 from ..wheels.fetch import fetch
 from ..wheels.index import core_metadata
 from . import checks
+from .prbranches import branch_name
 from .rebase import Applied, am_series
-from .sources import SourceRepo, checkout_at, files_over, git, source_repo
+from .sources import SourceRepo, checkout_at, files_over, git, source_repo, user_identity
 
-BRANCH_PREFIX = "fp4graph/"
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class TestRun:
@@ -129,38 +129,66 @@ def prose(patch: Patch) -> str:
     return "\n".join(lines).strip()
 
 
-def latest_bench(repo_root: pathlib.Path) -> tuple[pathlib.Path, Any] | None:
-    found = sorted(repo_root.glob("benchmarks/results/*.json"), key=lambda p: (p.stat().st_mtime, p.name))
-    if not found:
-        return None
-    try:
-        return found[-1], json.loads(found[-1].read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+def bench_results(repo_root: pathlib.Path) -> list[dict[str, Any]]:
+    """Every results JSON of the benchmarks, newest run (``meta.date``) first."""
+    found = []
+    for path in sorted(repo_root.glob("benchmarks/results/*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            found.append(data)
+    return sorted(found, key=lambda d: str(d.get("meta", {}).get("date", "")), reverse=True)
 
 
-def _bench_text(bench: tuple[pathlib.Path, Any] | None) -> str:
-    if bench is None:
-        return "No benchmark results yet (`nox -s bench` writes benchmarks/results/*.json)."
-    path, data = bench
-    text = json.dumps(data, indent=2, sort_keys=True)
-    lines = text.splitlines()
-    if len(lines) > 60:
-        text = "\n".join(lines[:60]) + "\n..."
-    return f"Latest fp4graph benchmark (`{path.name}`):\n\n```json\n{text}\n```"
+def bench_lines(patch: Patch, benches: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The numbers of the benchmark section the patch names (``Bench:``), from the newest
+    run that has it, labelled with the FlashInfer release, GPU and architecture they come from."""
+    section = patch.fields.get("Bench", "").strip()
+    if not section:
+        return ["No benchmark: this change makes no performance claim."]
+    data = next((b for b in benches if section in b), None)
+    if data is None:
+        return [f"Not measured yet: the `{section}` benchmark has no results."]
+    meta = data.get("meta", {})
+    release = str(meta.get("pristine") or str(meta.get("flashinfer", "?")).split("+")[0])
+    arch = f"SM{meta.get('capability', '?')}"
+    lines = [f"FlashInfer {release} on {meta.get('gpu', '?')} ({arch}), torch {meta.get('torch', '?')}: "
+             "the release against the release with this change."]
+    if str(meta.get("capability", "")).startswith("9"):
+        lines.append(f"These are {arch} host-overhead results: FlashInfer's fp4 kernels are compiled "
+                     "out below SM100, so the figures are the wrappers' host cost and CUDA-graph "
+                     "replay, not fp4 math. No SM100/SM120 run.")
+    if section == "peers":
+        lines += _peers_table(data["peers"])
+    return lines
+
+
+def _peers_table(peers: Mapping[str, Any]) -> list[str]:
+    trace = peers.get("trace_32_layers", {})
+    lines = ["", "| design | eager us/call (M=" + "/".join(str(r["M"]) for r in peers["rows"])
+             + ") | / upstream | Dynamo fullgraph trace, 32 layers |", "|---|---|---|---|"]
+    for name, desc in peers["designs"].items():
+        if name == "pristine_b":
+            continue
+        us = " / ".join(f"{r['us'][name]:.1f}" for r in peers["rows"])
+        ratio = " / ".join("1" if name == "pristine" else f"{r['ratio_to_pristine'][name]['median']:.3f}"
+                           for r in peers["rows"])
+        t = trace.get(name, {})
+        traced = f"{t['seconds']:.2f} s" if "seconds" in t else f"fails ({t.get('error', '?')[:60]})"
+        shown = re.sub(r"\s*\(the series\)", " (this change)", desc)
+        lines.append(f"| {shown} | {us} | {ratio} | {traced} |")
+    return lines
 
 
 def _test_plan(patch: Patch, result_tests: Sequence[TestRun], project: str) -> str:
     added = [t for t in result_tests if t.path in patch.files]
-    lines = []
-    for t in added:
-        lines.append(f"- `{t.command}`: {t.outcome}{without_change_note(t)}")
+    lines = [f"- `{t.command}`: {t.outcome}{without_change_note(t)}" for t in added]
     if not added:
-        lines.append("- This patch adds no test file; it is covered by the tests of the stack.")
-    lines.append(
-        "- Downstream: fp4graph runs SGLang with piecewise CUDA graphs on SM120 "
-        "(`torch.compile(fullgraph=True)` over the NVFP4 path) with this change applied."
-    )
+        lines.append("- This change adds no test file, and no test ran for it.")
+    elif any(t.outcome != "not-run" for t in added):
+        lines.append("- Only the test files this change adds ran, not upstream's suite.")
     return "\n".join(lines)
 
 
@@ -203,32 +231,34 @@ def render_body(
     stacked_on: str | None,
     check_results: Sequence[checks.CheckResult],
     tests: Sequence[TestRun],
-    bench: tuple[pathlib.Path, Any] | None,
+    benches: Sequence[Mapping[str, Any]],
+    base_note: str,
+    beneath: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """Fill upstream's PR template from the patch's message and DEP-3 header."""
+    """Fill upstream's PR template from the patch's message: only what ran is ticked.
+    ``beneath``: (subject, why) of the changes below this one on its branch that are not
+    proposed."""
     checks_ok, check_text = _check_text(check_results, patch)
     adds_tests = any(projects.get(project).test_file.match(f) for f in patch.files)
-    tests_ok = all(t.outcome in ("passed",) for t in tests if t.path in patch.files)
     issues = "\n".join(f"- {_issue_ref(u, project)} ({u})" for u in issue_links(patch, project))
     files = "\n".join(f"- `{f}`" for f in patch.files)
     stack = (
         f"\n\nStacked on `{stacked_on}` (review that PR first; this one adds only its own commit)."
         if stacked_on else ""
     )
-    origin = (
-        f"Carried in fp4graph as `{patch.name}` "
-        f"(Forwarded: {patch.fields.get('Forwarded', '?')}, "
-        f"Last-Update: {patch.fields.get('Last-Update', '?')})."
-    )
+    if beneath:
+        stack += ("\n\nThe branch also holds, below this commit, changes that are not proposed "
+                  "here:\n" + "\n".join(f"- {subject}: {why}" for subject, why in beneath))
+    bench = "\n".join(bench_lines(patch, benches))
     fill = {
         "description": f"**{patch.subject}**\n\n{prose(patch)}{stack}",
         "related issues": issues,
         "motivation": f"{prose(patch)}\n\nRelated issues:\n{issues}{stack}",
-        "modifications": f"{patch.fields.get('Description', patch.subject)}\n\nFiles:\n{files}\n\n"
+        "modifications": f"{patch.subject}\n\nFiles:\n{files}\n\n"
         f"Test plan:\n{_test_plan(patch, tests, project)}",
-        "benchmark": _bench_text(bench),
-        "reviewer notes": f"{origin}\n\nChecks run on the touched files:\n{check_text}\n\n"
-        f"{_bench_text(bench)}",
+        "benchmark": bench,
+        "reviewer notes": f"Base: {base_note}.\n\nChecks run on the touched files (not "
+        f"`pre-commit run --all-files`):\n{check_text}\n\nBenchmark: {bench}",
     }
     out = []
     for heading, lines in _sections(template):
@@ -241,11 +271,9 @@ def render_body(
                 break
         if "checklist" in key or "tests" in key:
             if checks_ok:
-                body = _tick(body, r"run the hooks|format your code")
+                body = _tick(body, r"format your code")
             if adds_tests:
                 body = _tick(body, r"tests have been added|add unit tests")
-                if tests_ok:
-                    body = _tick(body, r"all tests are passing")
         if "tests" in key and "test plan" not in "\n".join(body).lower():
             body = [*body, "", "Test plan:", _test_plan(patch, tests, project), ""]
         out.append("\n".join(([heading] if heading else []) + body))
@@ -358,8 +386,9 @@ _FLASHINFER_CALL = re.compile(r'getattr\(flashinfer, "(\w+)"|\bflashinfer\.(\w+)
 
 def not_proposed(settings: Settings, series: Series) -> dict[str, str]:
     """Patches no pull request should carry: upstream already has them (their
-    ``Applied-Upstream:``), or they call a FlashInfer function no pinned FlashInfer
-    release defines (the patch waits for that API upstream)."""
+    ``Applied-Upstream:``), upstream's main made them moot (``MOOT_ON_MAIN``: carried
+    downstream), or they call a FlashInfer function no pinned FlashInfer release defines
+    (the patch waits for that API upstream)."""
     out: dict[str, str] = {}
     newest = None
     for patch in series.patches:
@@ -440,15 +469,18 @@ def prepare(
     python: str = sys.executable,
     test_timeout: int = 900,
     tests_must_run: bool = False,
+    identity: tuple[str, str] | None = None,
 ) -> Result:
-    """Build ``out`` (replacing it): the repository, branches, patches, PR bodies, summary."""
+    """Build ``out`` (replacing it): the repository, branches, patches, PR bodies, summary.
+    The pull-request commits are by ``identity`` (default: the user's git identity)."""
     projects.get(project)  # an unknown project fails here, naming the known ones
+    identity = identity or user_identity(where=repo)
     artifact = target_artifact(settings, project, version)
     series = nearest_series(settings.patches_dir, project, artifact.version)
     series.require_complete(topics=False)  # never a PR from a patch rebase could not carry
     with atomic_directory(out, replace=True) as staging:
         source = source_repo(settings, artifact, staging / "repo", repo=repo, base=base)
-        applied = am_series(source, series, branch_prefix=BRANCH_PREFIX)
+        applied = am_series(source, series, identity=identity)
         touched = sorted({f for p in series.patches for f in p.files})
         if run_checks:
             checks_source, check_results = run_upstream_checks(
@@ -458,10 +490,9 @@ def prepare(
             checks_source, check_results = "not run (--no-checks)", []
         tests = run_added_tests(source, series, python, test_timeout, applied) if run_tests else []
         template, template_source = read_template(source.path, project)
-        bench = latest_bench(settings.repo)
         skipped = not_proposed(settings, series)
-        prs = _write_prs(staging, source, [a for a in applied if a.patch.name not in skipped],
-                         template, check_results, tests, bench)
+        prs = _write_prs(staging, source, applied, skipped, template, check_results, tests,
+                         bench_results(settings.repo))
         result = Result(
             project=project, version=artifact.version, series_version=series.version,
             origin=source.origin, repo=out / "repo", checks_source=checks_source,
@@ -496,16 +527,23 @@ def _write_prs(
     staging: pathlib.Path,
     source: SourceRepo,
     applied: Sequence[Applied],
+    skipped: Mapping[str, str],
     template: str,
     check_results: Sequence[checks.CheckResult],
     tests: Sequence[TestRun],
-    bench: tuple[pathlib.Path, Any] | None,
+    benches: Sequence[Mapping[str, Any]],
 ) -> list[PullRequest]:
+    """A stacked branch per proposed patch (branch k holds the series up to patch k)."""
     prs = []
     previous: str | None = None
+    beneath: list[tuple[str, str]] = []
     for item in applied:
+        if item.patch.name in skipped:
+            beneath.append((item.patch.subject, skipped[item.patch.name]))
+            continue
         name = item.patch.topic
-        branch = BRANCH_PREFIX + name.rstrip("-.")
+        branch = branch_name(item.patch)
+        git(source.path, "branch", "-f", branch, item.commit)
         pr_dir = staging / "prs" / name
         pr_dir.mkdir(parents=True)
         made = git(source.path, "format-patch", "-1", "--no-numbered", "-o", str(pr_dir), item.commit)
@@ -514,7 +552,9 @@ def _write_prs(
             patch_file = source.path / patch_file
         body = render_body(
             template=template, project=source.project, patch=item.patch, stacked_on=previous,
-            check_results=check_results, tests=tests, bench=bench,
+            check_results=check_results, tests=tests, benches=benches,
+            base_note=_base_note(source),
+            beneath=beneath,
         )
         body_file = pr_dir / "PR.md"
         body_file.write_text(f"# {item.patch.subject}\n\n{body}", encoding="utf-8")
@@ -523,7 +563,16 @@ def _write_prs(
             patch_file=patch_file, body_file=body_file,
         ))
         previous = branch
+        beneath = []
     return prs
+
+
+def _base_note(source: SourceRepo) -> str:
+    """The base as upstream knows it: the release's sdist or wheel, or its tag."""
+    kind = source.origin.split(" ", 1)[0]
+    if kind in ("sdist", "wheel"):
+        return f"the {source.project} {source.version} {kind} (the release as published)"
+    return f"{source.project} v{source.version} ({source.base[:12]})"
 
 
 def _write_summary(staging: pathlib.Path, result: Result, template_source: str) -> None:
@@ -611,6 +660,7 @@ class UpstreamOptions:
     python: str = sys.executable
     tests_must_run: bool = False
     push_to: str | None = None  # push the branches there (a URL or a remote name of ``repo``)
+    identity: tuple[str, str] | None = None  # the commits' author (default: the user's git identity)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -631,7 +681,7 @@ def run_upstream(settings: Settings, options: UpstreamOptions) -> UpstreamResult
     prepared = prepare(
         settings, options.project, out, version=options.version, repo=options.repo, base=options.base,
         run_checks=options.run_checks, tools=options.tools, run_tests=options.run_tests,
-        python=options.python, tests_must_run=options.tests_must_run,
+        python=options.python, tests_must_run=options.tests_must_run, identity=options.identity,
     )
     done = UpstreamResult(prepared=prepared, out=out)
     if options.push_to is None:

@@ -39,8 +39,8 @@ from ..model.files import atomic_directory
 from ..model.log import log
 from ..model.series import Patch, load_series
 from . import checks, prbranches
-from .prs import _issue_ref, _sections, issue_links, link_editable_data
-from .sources import SourceRepo, checkout_at, clone, files_over, git
+from .prs import _issue_ref, _sections, bench_lines, issue_links, link_editable_data
+from .sources import SourceRepo, checkout_at, clone, files_over, git, user_identity
 
 DEFAULT_TIMEOUT = 900
 # Loaded into the tests' pytest by name (never imported here): torch's device queries
@@ -263,9 +263,12 @@ def prepare_series(
     tests_must_run: bool = False,
     benches: Sequence[Mapping[str, Any]] = (),
     simulated_gpu: bool | None = None,
+    identity: tuple[str, str] | None = None,
 ) -> SeriesResult:
     """Build ``out`` (replacing it) from ``project``'s pull-request series on ``repo``;
-    ``simulated_gpu`` None: simulated where ``python``'s torch sees no GPU."""
+    ``simulated_gpu`` None: simulated where ``python``'s torch sees no GPU; the commits by
+    ``identity`` (default: the user's git identity)."""
+    identity = identity or user_identity(where=repo)
     if simulated_gpu is None:
         simulated_gpu = not _torch_sees_a_gpu(python)
     entry = pullrequests.find(settings.stacks_file, project, series)
@@ -289,7 +292,7 @@ def prepare_series(
                        origin=f"clone of {repo} at {entry.source.ref} {entry.source.commit[:12]}")
         target = base and _resolve_target(source.path, base) or _resolve_target(source.path, entry.source.ref)
         carried = prbranches.carry(source, loaded, target, scratch)
-        branches = prbranches.build(source, carried, target)
+        branches = prbranches.build(source, carried, target, identity)
         project_entry = projects.get(project)
         if project_entry.editable_data is not None:
             link_editable_data(source.path, project_entry.editable_data)
@@ -362,7 +365,8 @@ def _check_lines(pr: PullRequest) -> list[str]:
 def _test_lines(pr: PullRequest, python_note: str) -> list[str]:
     if not pr.tests:
         return ["- This pull request adds or changes no test file."]
-    lines = [f"Run on {python_note}:", ""]
+    lines = [f"Run on {python_note}; only the test files this pull request adds or changes, "
+             "not upstream's suite:", ""]
     before = {t.path: t for t in pr.without_change}
     for t in pr.tests:
         counts = _counts(t)
@@ -386,52 +390,6 @@ def _counts(t: TestFile) -> str:
     for outcome in t.cases.values():
         tally[outcome] = tally.get(outcome, 0) + 1
     return ", ".join(f"{n} {o}" for o, n in sorted(tally.items())) or t.outcome
-
-
-def bench_results(repo_root: pathlib.Path) -> list[dict[str, Any]]:
-    """Every results JSON of the benchmarks, newest run (``meta.date``) first."""
-    found = []
-    for path in sorted(repo_root.glob("benchmarks/results/*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            found.append(data)
-    return sorted(found, key=lambda d: str(d.get("meta", {}).get("date", "")), reverse=True)
-
-
-def _bench_lines(patch: Patch, benches: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The numbers of the benchmark section the patch names (``Bench:``), from the newest
-    run that has it."""
-    section = patch.fields.get("Bench", "").strip()
-    if not section:
-        return ["No benchmark: this change makes no performance claim."]
-    data = next((b for b in benches if section in b), None)
-    if data is None:
-        return [f"Not measured yet: the `{section}` benchmark has no results."]
-    meta = data.get("meta", {})
-    where = f"{meta.get('gpu', '?')} (SM{meta.get('capability', '?')}), torch {meta.get('torch', '?')}"
-    lines = [f"Measured on {where}."]
-    if str(meta.get("capability", "")).startswith("9"):
-        lines.append("These are SM90 host-overhead results: FlashInfer's fp4 kernels are compiled "
-                     "out below SM100, so the figures are the wrappers' host cost and CUDA-graph "
-                     "replay, not fp4 math. No SM100/SM120 run.")
-    if section == "peers":
-        peers = data["peers"]
-        trace = peers.get("trace_32_layers", {})
-        lines += ["", "| design | eager us/call (M=" + "/".join(str(r["M"]) for r in peers["rows"])
-                  + ") | / upstream | Dynamo fullgraph trace, 32 layers |", "|---|---|---|---|"]
-        for name, desc in peers["designs"].items():
-            if name == "pristine_b":
-                continue
-            us = " / ".join(f"{r['us'][name]:.1f}" for r in peers["rows"])
-            ratio = " / ".join("1" if name == "pristine" else f"{r['ratio_to_pristine'][name]['median']:.3f}"
-                               for r in peers["rows"])
-            t = trace.get(name, {})
-            traced = f"{t['seconds']:.2f} s" if "seconds" in t else f"fails ({t.get('error', '?')[:60]})"
-            lines.append(f"| {desc} | {us} | {ratio} | {traced} |")
-    return lines
 
 
 def render_body(
@@ -458,12 +416,10 @@ def render_body(
             f"Base: {base_note}. Files: {len(pr.files)}, +{pr.added_lines} / -{pr.removed_lines}.",
             "", "Checks on this pull request's files (upstream's hooks at their pinned versions):",
             *_check_lines(pr), "", "Tests:", *_test_lines(pr, python_note), "",
-            "Benchmark:", *_bench_lines(patch, benches),
+            "Benchmark:", *bench_lines(patch, benches),
         ]),
     }
     checks_passed = bool(pr.checks) and not any(c.blocks for c in pr.checks)
-    tests_all_ran = bool(pr.tests) and all(
-        t.outcome == "passed" and "skipped" not in t.cases.values() for t in pr.tests)
     out = []
     for heading, lines in _sections(template):
         key = heading.lower()
@@ -475,8 +431,6 @@ def render_body(
         if "tests" in key:
             if pr.tests:
                 body = _tick(body, r"tests have been added")
-            if tests_all_ran:
-                body = _tick(body, r"all tests are passing")
         if "pre-commit" in key and checks_passed:
             body = [*body, "", "Not `pre-commit run --all-files`: the hooks ran on this pull "
                     "request's files only (Reviewer Notes)."]
