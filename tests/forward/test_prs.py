@@ -195,3 +195,25 @@ def test_a_test_that_passes_without_its_change_is_inconclusive(checkout: Setting
     repo = tmp_path / "out" / "repo"
     assert (repo / "python/sglang/fp4graph_fixture_flag.py").is_file()
 
+
+def test_a_release_only_fix_is_carried_downstream_and_named_beneath(
+    checkout: Settings, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fix main made moot is no pull request: the report says it is carried downstream with
+    the upstream commit, and the branch above it says it sits beneath."""
+    add_series(checkout, "sglang", "0.5.9", [MARKER, "0005-test-without-change.patch"])
+    monkeypatch.setitem(prs.MOOT_ON_MAIN, ("sglang", "fixture-marker"), "sgl-project/sglang@0123abc (#1)")
+    result = prs.prepare(checkout, "sglang", tmp_path / "out", version="0.5.9", run_checks=False,
+                         run_tests=False, identity=USER)
+    assert [pr.patch.topic for pr in result.prs] == ["fixture-without-change"]
+    assert dict(result.not_proposed) == {MARKER: "carried downstream: a fix for the release only, "
+                                         "moot on main since sgl-project/sglang@0123abc (#1)"}
+    assert "carried downstream" in (tmp_path / "out" / "summary.md").read_text()
+    body = result.prs[0].body_file.read_text()
+    assert ("below this commit, changes that are not proposed here:\n"
+            "- Add a marker the fp4graph engine tests look for: carried downstream") in body
+    assert_claims_only_what_ran(body)
+
+
+def test_the_deep_gemm_fix_is_moot_on_sglang_main() -> None:
+    assert "1df9edcd015d (#23856" in prs.MOOT_ON_MAIN[("sglang", "deep-gemm-precompile-eager")]

@@ -384,6 +384,16 @@ def _run_test(
 _FLASHINFER_CALL = re.compile(r'getattr\(flashinfer, "(\w+)"|\bflashinfer\.(\w+)\(')
 
 
+# Fixes for a release that upstream's main made moot (a pull request there would change
+# nothing): carried downstream, never proposed.  (project, topic) -> the upstream commit.
+MOOT_ON_MAIN: dict[tuple[str, str], str] = {
+    ("sglang", "deep-gemm-precompile-eager"): (
+        "sgl-project/sglang@1df9edcd015d (#23856, 2026-05-11: the NSA indexer's DeepGEMM call "
+        "became torch.mm, so no compiled caller reaches the pre-compile on main)"
+    ),
+}
+
+
 def not_proposed(settings: Settings, series: Series) -> dict[str, str]:
     """Patches no pull request should carry: upstream already has them (their
     ``Applied-Upstream:``), upstream's main made them moot (``MOOT_ON_MAIN``: carried
@@ -395,6 +405,10 @@ def not_proposed(settings: Settings, series: Series) -> dict[str, str]:
         applied = patch.fields.get("Applied-Upstream", "no").strip()
         if applied.lower() not in ("no", ""):
             out[patch.name] = f"already upstream (Applied-Upstream: {applied})"
+            continue
+        moot = MOOT_ON_MAIN.get((series.project, patch.topic))
+        if moot is not None:
+            out[patch.name] = f"carried downstream: a fix for the release only, moot on main since {moot}"
             continue
         if series.project == "flashinfer-python":
             continue
