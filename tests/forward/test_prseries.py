@@ -1,4 +1,4 @@
-"""forward.prseries / prbranches: pull requests from a pull-request series, on real history.
+"""forward.prs / prbranches: pull requests from a pull-request series, on real history.
 
 A fixture upstream repository (three commits on main, the last one newer than the
 series' pinned commit) and a three-patch series cut on the pinned commit: a fix with a
@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from fp4graph import cli
-from fp4graph.forward import prs, prseries
+from fp4graph.forward import prreport, prs
 from fp4graph.forward.sources import git
 from fp4graph.model import pullrequests
 from fp4graph.model.config import Settings
@@ -101,13 +101,14 @@ def world(checkout: Settings, tmp_path: pathlib.Path) -> dict[str, object]:
             "names": names}
 
 
-def _prepare(checkout: Settings, world: dict[str, object], out: pathlib.Path, **kw: object) -> prseries.SeriesResult:
-    return prseries.prepare_series(
-        checkout, FI, out, repo=world["upstream"], series=str(world["series"]),
+def _prepare(checkout: Settings, world: dict[str, object], out: pathlib.Path, **kw: object) -> prreport.Report:
+    options = prs.UpstreamOptions(
+        project=FI, repo=world["upstream"], series=str(world["series"]),  # type: ignore[arg-type]
         # No simulated GPU: the fixture's tests import no torch, so neither do their runs.
         run_checks=False, python=sys.executable, simulated_gpu=False,
         identity=("A User", "a.user@example.org"), **kw,  # type: ignore[arg-type]
     )
+    return prs.prepare(checkout, options, out)
 
 
 def test_lint_accepts_the_series_and_its_dependencies(checkout: Settings, world: dict[str, object]) -> None:
@@ -224,8 +225,8 @@ def test_the_command_needs_the_clone_for_a_series(
     assert "feat/offset  built" in out and "on fix/scale-fix" in out
     assert "FLAG tests.utils.test_notes::test_note_is_text: passes without the change" in out
     assert "FLAGGED: no test of this pull request fails without its change" in out
-    with pytest.raises(ConfigError, match="no \\[\\[pull-requests\\]\\] series for sglang"):
-        prseries.prepare_series(checkout, "sglang", tmp_path / "x", repo=tmp_path)
+    with pytest.raises(ConfigError, match="no \\[\\[pull-requests\\]\\] series 'nope' for sglang"):
+        prs.prepare(checkout, prs.UpstreamOptions(project="sglang", repo=tmp_path, series="nope"), tmp_path / "x")
 
 
 def test_rebase_carries_a_series_to_a_newer_main_and_one_topic_again(
@@ -283,7 +284,7 @@ def test_a_pr_body_shows_its_own_benchmark_section_labelled_by_machine() -> None
 
     text = ("From 0 Mon Sep 17 00:00:00 2001\nFrom: a <a@b>\nSubject: [PATCH] x\n\nWhy.\n\n"
             "Bench: peers\nTopic: t\n---\ndiff --git a/f b/f\n")
-    lines = prs.bench_lines(Patch.parse(text, pathlib.Path("x.patch")), prs.bench_results(REPO))
+    lines = prreport.bench_lines(Patch.parse(text, pathlib.Path("x.patch")), prreport.bench_results(REPO))
     joined = "\n".join(lines)
     assert "FlashInfer 0.6.3 on NVIDIA H200 (SM90)" in joined and "SM90 host-overhead results" in joined
     assert "fp4graph" not in joined and "(this change)" in joined

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import re
+import subprocess
 import tempfile
 from collections.abc import Sequence
 
@@ -93,6 +94,11 @@ def _rejected(output: str) -> list[str]:
     return sorted(set(re.findall(r"error: (?:patch failed: )?([^:\s]+):", output)))
 
 
+def _first_line(result: subprocess.CompletedProcess[str]) -> str:
+    text = (result.stderr + result.stdout).strip()
+    return next((ln for ln in text.splitlines() if ln.startswith(("error:", "fatal:"))), text[-200:])
+
+
 def carry(repo: SourceRepo, series: Series, target: str, work: pathlib.Path) -> list[CarriedPatch]:
     """The series' patches as they apply on ``target``: applied on the series' own
     upstream commit (``repo.base``) and, when ``target`` is another commit, rebased onto
@@ -103,11 +109,13 @@ def carry(repo: SourceRepo, series: Series, target: str, work: pathlib.Path) -> 
     for patch in series.patches:
         result = git(repo.path, "am", "-3", "--keep-cr", str(patch.path.resolve()), check=False)
         if result.returncode != 0:
+            unmerged = git(repo.path, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
             git(repo.path, "am", "--abort", check=False)
             raise PatchError(
-                f"{patch.path}: does not apply to {repo.project} {repo.version} at its own "
-                f"commit {repo.base[:12]} ({repo.origin}); the series is broken: rebuild it with "
-                f"`python -m fp4graph rebase` and `refresh`"
+                f"{patch.path}: does not apply to {repo.project} {repo.version} at "
+                f"{repo.base[:12]} ({repo.origin}) with `git am -3`: "
+                f"{'conflicts in ' + ', '.join(unmerged) if unmerged else _first_line(result)}; "
+                "carry the series with `python -m fp4graph rebase` and `refresh`"
             )
         commits.append(git(repo.path, "rev-parse", "HEAD").stdout.strip())
     if target == repo.base:
@@ -139,10 +147,12 @@ def carry(repo: SourceRepo, series: Series, target: str, work: pathlib.Path) -> 
 
 
 def build(
-    repo: SourceRepo, carried: Sequence[CarriedPatch], target: str, identity: tuple[str, str]
+    repo: SourceRepo, carried: Sequence[CarriedPatch], target: str, identity: tuple[str, str],
+    *, stacked: bool = False,
 ) -> list[Branch]:
     """One branch per carried patch, on ``target`` plus its dependencies (see module doc),
-    its commits by ``identity``."""
+    its commits by ``identity``; ``stacked``: every earlier patch is a dependency (a release
+    series, whose patches declare none)."""
     patches = [c.patch for c in carried]
     branches: list[Branch] = []
     tips: dict[int, str] = {}  # patch index -> its commit on its own branch
@@ -153,7 +163,7 @@ def build(
                 files[i] = pathlib.Path(tmp) / f"{i:04d}.patch"
                 files[i].write_text(with_author(upstream_message(c.text), identity), encoding="utf-8")
         for i, c in enumerate(carried):
-            chain = pullrequests.closure(patches, i)
+            chain = list(range(i + 1)) if stacked else pullrequests.closure(patches, i)
             needs = tuple(t for j in chain[:-1] for t in patches[j].topics)
             name = branch_name(c.patch)
             if c.status != "carried":
