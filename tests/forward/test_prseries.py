@@ -291,3 +291,18 @@ def test_a_pr_body_shows_its_own_benchmark_section_labelled_by_machine() -> None
     assert "No SM100/SM120 run." in joined
     assert re.search(r"\| substitute_in_graph twin .* \| 0\.\d\d s \|", joined), joined
     assert "| upstream public function |" in joined and "fails (" in joined
+
+
+def test_a_change_to_upstreams_own_test_file_runs_only_the_tests_it_adds(tmp_path: pathlib.Path) -> None:
+    """Tests folded into upstream's test files run alone (the file's other tests may need a
+    GPU); a test file the change adds runs whole."""
+    old = "class TestLogging:\n    def test_old(self):\n        pass\n"
+    new = old + "\n    def test_new(self):\n        pass\n\n\ndef test_module_level():\n    pass\n"
+    shas = upstream_history(tmp_path / "r", [
+        {"tests/utils/test_a.py": old},
+        {"tests/utils/test_a.py": new, "tests/utils/test_b.py": "def test_b():\n    pass\n"},
+    ])
+    repo = tmp_path / "r"
+    assert prs.added_tests(repo, shas[1], "tests/utils/test_a.py") == (
+        "tests/utils/test_a.py::TestLogging::test_new", "tests/utils/test_a.py::test_module_level")
+    assert prs.added_tests(repo, shas[1], "tests/utils/test_b.py") == ()

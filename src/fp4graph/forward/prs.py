@@ -27,11 +27,12 @@ import functools
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -248,33 +249,73 @@ def _host_note(python: str, simulated_gpu: bool) -> str:
     note = f"a host with {'a GPU' if cuda == 'True' else 'no GPU'} (torch {torch_v}, Python {py_v})"
     if simulated_gpu:
         note += (", under a simulated GPU: torch's device queries answered as an SM120 card by a "
-                 "test plugin, no kernel runs (simulation)")
+                 "test plugin (and in the Python processes the tests start), no kernel runs "
+                 "(simulation)")
     return note
 
 
+def _simulated_children(scratch: pathlib.Path) -> pathlib.Path:
+    """A directory whose sitecustomize answers torch's device queries as the plugin does,
+    for the Python processes a test starts (``import flashinfer`` in a fresh interpreter)."""
+    directory = scratch / "simulated-gpu"
+    directory.mkdir(exist_ok=True)
+    (directory / "sitecustomize.py").write_text(
+        "from fp4graph.verify import simulate\n\nsimulate.install()\n", encoding="utf-8")
+    return directory
+
+
+_TEST_DEF = re.compile(r"^(?P<indent>\s*)def (?P<name>test\w*)\(")
+
+
+def added_tests(repo: pathlib.Path, commit: str, path: str) -> tuple[str, ...]:
+    """The pytest node ids of the test functions ``commit`` adds to ``path``, a file its
+    parent already has (upstream's own test file, where the change's tests belong); ()
+    for a file the commit adds: all of it is the change's."""
+    if git(repo, "cat-file", "-e", f"{commit}^:{path}", check=False).returncode != 0:
+        return ()
+    lines = git(repo, "show", f"{commit}:{path}").stdout.splitlines()
+    diff = git(repo, "diff", "-U0", f"{commit}^", commit, "--", path).stdout
+    added = {m["name"] for ln in diff.splitlines() if ln.startswith("+")
+             if (m := _TEST_DEF.match(ln[1:]))}
+    ids = []
+    for number, line in enumerate(lines):
+        match = _TEST_DEF.match(line)
+        if not match or match["name"] not in added:
+            continue
+        owner = next((c for c in reversed(lines[:number]) if c.startswith("class ")), None) \
+            if match["indent"] else None
+        owner_name = re.match(r"class (\w+)", owner) if owner else None
+        ids.append("::".join([path, *([owner_name[1]] if owner_name else []), match["name"]]))
+    return tuple(ids)
+
+
 def run_tests(
-    root: pathlib.Path, paths: Sequence[str], project: str, python: str, timeout: int,
+    root: pathlib.Path, paths: Mapping[str, Sequence[str]], project: str, python: str, timeout: int,
     scratch: pathlib.Path, *, simulated_gpu: bool = False,
 ) -> list[TestFile]:
-    """Each test file with pytest (per-test outcomes) or as a script, from ``root``."""
+    """Each test file (``paths``: file -> the node ids to run, all of the file where none)
+    with pytest (per-test outcomes) or as a script, from ``root``."""
     entry = projects.get(project)
     torch_missing = _torch_import_error(python)
     runs = []
-    for rel in paths:
+    for rel, ids in paths.items():
         if not (root / rel).is_file():
             continue
         report = scratch / (re.sub(r"\W", "_", rel) + ".xml")
         report.unlink(missing_ok=True)
         plugin = ["-p", SIMULATED_GPU_PLUGIN] if simulated_gpu else []
         cmd = [python, rel] if entry.tests_run_as == "script" else [
-            python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin, f"--junitxml={report}", rel]
-        shown = f"pytest {rel}" if entry.tests_run_as == "pytest" else f"python {rel}"
+            python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin, f"--junitxml={report}",
+            *(ids or [rel])]
+        shown = (f"python {rel}" if entry.tests_run_as == "script"
+                 else "pytest " + " ".join(ids or [rel]))
         if torch_missing is not None:
             runs.append(TestFile(path=rel, command=shown, outcome="not-run",
                                  output=f"{python} has no torch: {torch_missing}"))
             continue
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(root / entry.test_pythonpath), os.environ.get("PYTHONPATH", "")]))
+            [*([str(_simulated_children(scratch))] if simulated_gpu else []),
+             str(root / entry.test_pythonpath), os.environ.get("PYTHONPATH", "")]))
         log(f"test {shown} (in {root})")
         try:
             result = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
@@ -400,7 +441,8 @@ def _check_and_test(
             with checkout_at(source.repo, branch.parent) as below:
                 results = checks.mark_upstream_failures(results, hooks, repo, below, tools=options.tools,
                                                         cache_dir=settings.cache_dir)
-    test_files = [f for f in files if projects.get(source.repo.project).test_file.match(f)]
+    test_files = {f: added_tests(repo, branch.commit, f) for f in files
+                  if projects.get(source.repo.project).test_file.match(f)}
     ran: list[TestFile] = []
     before: list[TestFile] = []
     if options.run_tests and test_files:
@@ -408,7 +450,7 @@ def _check_and_test(
             return run_tests(repo, test_files, source.repo.project, options.python, options.test_timeout,
                              scratch, simulated_gpu=simulated_gpu)
         ran = run()
-        with files_over(repo, branch.parent, branch.commit, test_files):
+        with files_over(repo, branch.parent, branch.commit, list(test_files)):
             before = run()
     return dataclasses.replace(pr, files=files, added_lines=added, removed_lines=removed,
                                checks=tuple(results), tests=tuple(ran), without_change=tuple(before))
@@ -462,9 +504,7 @@ def prepare(settings: Settings, options: UpstreamOptions, out: pathlib.Path) -> 
         write_prs(staging, report, template, bench_results(settings.repo),
                   _host_note(options.python, simulated_gpu))
         write_summary(staging, report)
-        for leftover in scratch.iterdir():
-            leftover.unlink()
-        scratch.rmdir()
+        shutil.rmtree(scratch)
     return report
 
 
