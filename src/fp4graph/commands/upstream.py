@@ -85,6 +85,8 @@ def _print(report: prreport.Report) -> None:
             print(f"  carry {carried.patch.name}: {carried.status}: {carried.detail}")
     for name, why in report.not_proposed:
         print(f"  not proposed {name}: {why}")
+    if not report.prs:
+        print("  no pull request: every patch is carried downstream or waits (not proposed above)")
     for pr in report.prs:
         print(f"  {pr.branch.name}  {pr.branch.status}  +{pr.added_lines}/-{pr.removed_lines}  "
               f"on {pr.branch.stacked_on or ('+'.join(pr.branch.needs) or 'upstream')}  {pr.patch.subject}")

@@ -339,6 +339,8 @@ def write_summary(staging: pathlib.Path, report: Report) -> None:
         status = pr.branch.status + (f", **pending {pending}**" if pending else "")
         lines.append(f"| {number} | {pr.patch.subject} | +{pr.added_lines}/-{pr.removed_lines} | "
                      f"`{pr.branch.name}` | {on} | {status} | {tests}{flag} |")
+    if not report.prs:
+        lines.append("| - | no pull request: every patch is under Not proposed | | | | | |")
     lines += ["", "## Not proposed", "", *[f"- {name}: {why}" for name, why in report.not_proposed]]
     lines += [] if report.not_proposed else ["- (none)"]
     lines += ["", "## Carry", "", *[f"- {c.patch.name}: {c.status} ({c.detail})" for c in report.carried]]
