@@ -53,9 +53,11 @@ def test_repository_stacks_parse() -> None:
         assert [f.filename for f in artifact.companions] == [
             f["filename"] for f in entry.get("companions", [])
         ]
-    # sglang >= 0.5.11 ships one wheel per CPython: each is pinned on its own.
+    # sglang >= 0.5.11 ships one wheel per CPython and machine: each is pinned on its own,
+    # linux x86_64 first (the default file), then linux aarch64 (DGX Spark).
     sg = catalog.artifact("sglang", "0.5.11")
-    assert [f.filename.split("-")[2] for f in sg.files] == ["cp310", "cp311", "cp312"]
+    assert [f.filename.split("-")[2] + "-" + f.filename.rsplit("_", 1)[-1] for f in sg.files] == [
+        f"cp31{n}-{machine}.whl" for machine in ("64", "aarch64") for n in range(4)]
 
 
 def test_versions_by_torch_groups_the_stacks_by_their_torch_pin() -> None:

@@ -120,6 +120,19 @@ def test_a_missing_cpython_wheel_is_named(checkout: Settings, tmp_path: pathlib.
             pin.pin(settings, "sglang", "9.2.0")
 
 
+def test_aarch64_and_cp313_wheels_are_pinned_after_the_x86_64_ones(checkout: Settings, tmp_path: pathlib.Path) -> None:
+    """A DGX Spark is linux aarch64: every linux wheel of a served CPython is pinned, x86_64 first."""
+    tags = [*CPS, "cp313-cp313-manylinux_2_34_x86_64", "cp311-cp311-manylinux_2_34_aarch64",
+            "cp311-cp311-macosx_11_0_arm64"]
+    release = make_release(tmp_path / "dist", "sglang", "9.3.0", {"python/sglang/__init__.py": ""},
+                           tags=tags, sdist=False)
+    with Index([release]).serve() as url:
+        settings = dataclasses.replace(checkout, index_url=url, cache_dir=tmp_path / "cache")
+        pin.pin(settings, "sglang", "9.3.0", stack=False)
+    files = stacks.load(settings.stacks_file).artifact("sglang", "9.3.0").files
+    assert [f.filename.split("-", 2)[2] for f in files] == [f"{t}.whl" for t in tags[:5]]
+
+
 def test_a_yanked_release_is_refused(checkout: Settings, releases: list[Release], tmp_path: pathlib.Path) -> None:
     with Index(releases, yanked={releases[1].wheel.name: "broken build"}).serve() as url:
         settings = dataclasses.replace(checkout, index_url=url, cache_dir=tmp_path / "cache")

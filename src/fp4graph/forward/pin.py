@@ -4,7 +4,8 @@ Reads the project's page of the index (PEP 691 JSON, PEP 503 HTML as a fallback;
 unless ``--index-url``) and writes, with the index's sha256 of each file:
 
 - the ``[[artifact]]`` entry: every file a stack serves: the pure wheel, or one wheel per
-  CPython of :data:`CPYTHONS` (sglang >= 0.5.11 ships a compiled extension), and the sdist;
+  CPython of :data:`CPYTHONS` and linux machine, x86_64 then aarch64 (sglang >= 0.5.11
+  ships a compiled extension), and the sdist;
 - the same for every project fp4graph patches that the release pins exactly in its own
   wheel METADATA (sglang's ``flashinfer_python==X``), unless already pinned;
 - a ``[[stack]]`` ``<prefix>-<version>`` of those, with the ``torch`` the release pins;
@@ -41,10 +42,14 @@ from ..model.errors import ConfigError, FetchError, Fp4graphError
 from ..model.files import write_atomic
 from ..model.log import log
 from ..model.stacks import Artifact, ArtifactFile, Catalog, SourcePin, parse, read_text
+from ..platforms.targets import LINUX_X86_64, PLATFORMS
 from ..wheels.fetch import IndexFile, fetch, index_files
 
-# The CPythons a stack serves when a release ships per-interpreter wheels (x86_64 Linux).
-CPYTHONS = ("cp310", "cp311", "cp312")
+# The CPythons a stack serves when a release ships per-interpreter wheels: each of
+# REQUIRED_CPYTHONS must have a linux x86_64 wheel; every linux wheel the release has for
+# these CPythons and PLATFORMS' machines (aarch64: DGX Spark) is pinned too.
+REQUIRED_CPYTHONS = ("cp310", "cp311", "cp312")
+CPYTHONS = (*REQUIRED_CPYTHONS, "cp313")
 
 
 class PinError(Fp4graphError):
@@ -95,16 +100,17 @@ def release_files(files: Sequence[IndexFile], project: str, version: str,
     if pure:
         return pure[:1], sdist
     chosen = []
-    for cp in CPYTHONS:
-        fits = sorted(f.filename for f in wheels
-                      if f"-{cp}-{cp}-" in f.filename and f.filename.endswith("x86_64.whl")
-                      and "linux" in f.filename)
-        if not fits:
-            raise PinError(
-                f"{where}: {project} {version} has no pure wheel and no {cp} x86_64 Linux wheel; "
-                f"its wheels: {', '.join(f.filename for f in wheels) or 'none'}"
-            )
-        chosen.append(next(f for f in wheels if f.filename == fits[-1]))
+    for target in PLATFORMS.values():
+        for cp in CPYTHONS:
+            fits = sorted(f.filename for f in wheels
+                          if f"-{cp}-{cp}-" in f.filename and target.accepts(f.filename))
+            if fits:
+                chosen.append(next(f for f in wheels if f.filename == fits[-1]))
+            elif target is LINUX_X86_64 and cp in REQUIRED_CPYTHONS:
+                raise PinError(
+                    f"{where}: {project} {version} has no pure wheel and no {cp} x86_64 Linux wheel; "
+                    f"its wheels: {', '.join(f.filename for f in wheels) or 'none'}"
+                )
     return chosen, sdist
 
 
