@@ -8,11 +8,14 @@ import subprocess
 
 import pytest
 
+from fp4graph.model import locks, stacks
 from fp4graph.model.config import default_cache_dir
 from fp4graph.model.errors import ConfigError, HashMismatchError
-from fp4graph.platforms import emulator
+from fp4graph.model.locks import LockedPin
+from fp4graph.platforms import emulator, overrides
 from fp4graph.platforms.targets import LINUX_AARCH64, LINUX_X86_64, platform_named
 
+REPO = pathlib.Path(__file__).resolve().parents[2]
 SGLANG = "sglang-0.5.11-cp311-cp311-manylinux_2_34_{}.whl"
 
 
@@ -56,3 +59,45 @@ def test_the_emulated_python_is_aarch64() -> None:
     code = "import platform, sys, sysconfig; print(platform.machine(), sys.version_info[:2], sysconfig.get_platform())"
     out = subprocess.run([*argv, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["aarch64", "(3,", "11)", "linux-aarch64"]
+
+
+def test_an_override_splits_the_lock_line_by_machine() -> None:
+    override = overrides.Override(platform=LINUX_AARCH64, stacks=("s",), requirement="tms==0.0.9.post1", why="w")
+    pins = [LockedPin(name="tms", version="0.0.9"), LockedPin(name="six", version="1.0"),
+            LockedPin(name="av", version="1", marker='platform_machine == "aarch64"')]
+    assert [p.line for p in overrides.split_lines(pins, [override])] == [
+        'tms==0.0.9 ; platform_machine != "aarch64"', 'tms==0.0.9.post1 ; platform_machine == "aarch64"',
+        "six==1.0", 'av==1 ; platform_machine == "aarch64"']
+    lock = locks.make("s", [], overrides.split_lines(pins, [override]))
+    assert lock.versions({"platform_machine": "aarch64"})["tms"] == "0.0.9.post1"
+    assert lock.versions({"platform_machine": "x86_64"})["tms"] == "0.0.9"
+
+
+def test_a_bad_platforms_entry_names_the_file_and_entry(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "platforms.toml").write_text(
+        '[[override]]\nplatform = "linux-arm64"\nstacks = ["s"]\nrequirement = "a==1"\nwhy = "w"\n')
+    with pytest.raises(ConfigError, match=r"platforms.toml: \[\[override\]\] #1: unknown platform 'linux-arm64'"):
+        overrides.read(tmp_path)
+    (tmp_path / "platforms.toml").write_text(
+        '[[torch]]\nplatform = "linux-aarch64"\nstacks = ["s"]\nrequirement = "torch>=2"\nwhy = "w"\nindex = "i"\n')
+    with pytest.raises(ConfigError, match=r"\[\[torch\]\] #1: 'torch>=2' is not an exact name==version"):
+        overrides.read(tmp_path)
+
+
+def test_the_committed_platform_entries_match_the_stacks_and_their_locks() -> None:
+    """Every stack named exists; an override's stacks' locks carry the split lines; a torch
+    build is the stack's own torch with a local (CUDA) label."""
+    catalog = stacks.load(REPO / "patches" / "stacks.toml")
+    found_overrides, torches = overrides.read(REPO / "patches" / "locks")
+    assert found_overrides and torches
+    for override in found_overrides:
+        for name in override.stacks:
+            catalog.stack(name)
+            lock = locks.read(locks.lock_path(REPO / "patches", name))
+            assert lock.versions({"platform_machine": "aarch64", "python_full_version": "3.11.2",
+                                  "sys_platform": "linux"})[override.name] == override.version
+            assert any(line.startswith("Overridden on linux-aarch64") for line in lock.header)
+    for build in torches:
+        for name in build.stacks:
+            version = build.requirement.split("==")[1]
+            assert version.split("+")[0] == catalog.stack(name).torch and "+cu" in version

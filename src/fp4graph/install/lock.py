@@ -23,8 +23,20 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from ..model import manifest
 from ..model.config import Settings
 from ..model.errors import Fp4graphError
-from ..model.locks import Hold, Lock, LockedPin, lock_path, make, parse_pin, read, read_holds, write
+from ..model.locks import (
+    LOCKS_DIR,
+    Hold,
+    Lock,
+    LockedPin,
+    lock_path,
+    make,
+    parse_pin,
+    read,
+    read_holds,
+    write,
+)
 from ..model.log import log
+from ..platforms.overrides import Override, TorchBuild, overrides_of, split_lines, torches_of
 from ..wheels.build import built_pins
 from .serve import served
 
@@ -93,7 +105,8 @@ def pythons_of(wheel_names: Sequence[str]) -> list[str]:
 
 
 def header(stack: str, pins: Sequence[str], *, pythons: Sequence[str], uv_version: str,
-           holds: Sequence[Hold] = (), today: datetime.date | None = None) -> list[str]:
+           holds: Sequence[Hold] = (), today: datetime.date | None = None,
+           overrides: Sequence[Override] = (), torches: Sequence[TorchBuild] = ()) -> list[str]:
     covers = (f"CPython {', '.join(pythons)} (the Pythons its sglang wheels serve)" if pythons
               else f"CPython >= {LOWEST_PYTHON}")
     made = (today or datetime.date.today()).isoformat()
@@ -105,11 +118,16 @@ def header(stack: str, pins: Sequence[str], *, pythons: Sequence[str], uv_versio
         f"For: {covers}, any platform the wheels exist for",
         f"(a universal resolution: `uv pip compile --universal --python-version {LOWEST_PYTHON}`, "
         "markers where the answer differs);",
-        f"installed and imported on linux x86_64 by `nox -s install -- {stack}`.",
+        f"installed and imported on linux x86_64 by `nox -s install -- {stack}`, on linux aarch64",
+        f"(DGX Spark; an emulated one here) by `nox -s install -- {stack} --platform linux-aarch64`.",
         f"Made by `python -m fp4graph lock {stack}` (uv {uv_version}) on {made}; "
         "review a change like patches/stacks.toml,",
         "and see what PyPI has moved since with `nox -s deps`.",
         *(f"Held (patches/locks/holds.toml): {h.requirement}: {h.why}" for h in holds),
+        *(f"Overridden on {o.platform.name} (patches/locks/platforms.toml; uv --override): "
+          f"{o.requirement}: {o.why}" for o in overrides),
+        *(f"On {b.platform.name}: {b.requirement} from {b.index} (patches/locks/platforms.toml): {b.why}"
+          for b in torches),
     ]
 
 
@@ -158,9 +176,11 @@ def lock_stacks(settings: Settings, stacks: Sequence[str], options: LockOptions)
             constraints.write_text("".join(h.requirement + "\n" for h in held))
             resolver = Resolver(uv=options.uv, index_url=index, refresh=options.refresh,
                                 constraints=constraints if held else None)
-            resolved = resolve(resolver, pins)
+            overrides = overrides_of(settings.patches_dir / LOCKS_DIR, stack)
+            resolved = split_lines(resolve(resolver, pins), overrides)
             lock_header = header(stack, pins, pythons=pythons_of(_built_wheels(settings.wheels_dir, stack)),
-                                 uv_version=uv_version, holds=held)
+                                 uv_version=uv_version, holds=held, overrides=overrides,
+                                 torches=torches_of(settings.patches_dir / LOCKS_DIR, stack))
             new = make_lock(stack, pins, resolved, lock_header)
             path = lock_path(options.out, stack) if options.out else lock_path(settings.patches_dir, stack)
             if _same_pins(path, new):
