@@ -104,6 +104,9 @@ def make_checkout(root: pathlib.Path, *, cubin_mismatch: bool) -> pathlib.Path:
     (repo / "patches" / "locks" / f"{STACK}.txt").write_text(lock)
     (wheels / "locks").mkdir()
     (wheels / "locks" / f"{STACK}.txt").write_text(lock)
+    # As nox -s wheels publishes them: the pins a user's one command reads (-r).
+    (wheels / "locks" / f"{STACK}.pins.txt").write_text(f"# fp4graph pins of stack {STACK}\n"
+                                                         + "".join(p + "\n" for p in PINS))
     written = manifest.Manifest(fp4graph="0.1.0", artifacts={}, stacks=(
         manifest.BuiltStack(name=STACK, artifacts=(), pins=tuple(manifest.Pin.parse(p) for p in PINS)),))
     manifest.write(wheels / manifest.FILENAME, written)

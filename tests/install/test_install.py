@@ -20,11 +20,18 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_the_readme_shows_the_command_the_session_runs() -> None:
+    """One command and only the index URL (no checkout): x86_64 with pip, a DGX Spark with uv."""
     readme = (REPO / "README.md").read_text()
     assert install_command.readme_command("sglang-0.5.9") in readme
     assert install_command.readme_command("sglang-0.5.9") == (
         "pip install --index-url https://pypi.internal/simple/ -c https://pypi.internal/locks/sglang-0.5.9.txt "
-        "$(python -m fp4graph pins sglang-0.5.9)")
+        "-r https://pypi.internal/locks/sglang-0.5.9.pins.txt")
+    spark = install_command.readme_command("sglang-0.5.9", platform="linux-aarch64")
+    assert spark in readme
+    assert spark == (
+        "uv pip install --index-url https://pypi.internal/simple/ -c https://pypi.internal/locks/sglang-0.5.9.txt "
+        "--override https://pypi.internal/locks/sglang-0.5.9.linux-aarch64.overrides.txt "
+        "-r https://pypi.internal/locks/sglang-0.5.9.linux-aarch64.pins.txt")
 
 
 def test_install_command_pip_and_uv() -> None:
@@ -77,7 +84,8 @@ def test_installs_with_the_lock_from_the_served_index(world: World, tmp_path: pa
     assert [n for n in done if n.startswith("smoke: ")] == [f"smoke: {c.name}" for c in stack.smoke_checks([])]
     # The README's command: our index over HTTP, PyPI's stand-in, the published lock.
     assert "--index-url http://127.0.0.1:" in report["command"] and f"--extra-index-url {world.pypi}" in report["command"]
-    assert f"/locks/{STACK}.txt sglang==9.0.0+fp4graph.1 flashinfer-python==9.0.0+fp4graph.1" in report["command"]
+    assert f"/locks/{STACK}.txt -r http://127.0.0.1:" in report["command"]
+    assert report["command"].endswith(f"/locks/{STACK}.pins.txt")
     assert f"$ {report['command']}" in result.stdout and f"install {STACK}: ok" in result.stdout
     assert "9.1.0" not in done["lock"]["detail"] and not (tmp_path / "venv").exists()  # removed unless --keep
 

@@ -238,7 +238,46 @@ def test_a_stacks_lock_is_published_beside_the_index(tmp_path: pathlib.Path, sha
     assert f"{digest}  locks/{STACK}.txt" in (checkout.wheels_dir / "SHA256SUMS").read_text().splitlines()
     stack = manifest.read_built(checkout.wheels_dir).stack(STACK)
     assert stack.lock == manifest.PublishedLock(path=f"locks/{STACK}.txt", sha256=digest)
+    # Beside it, what one install command needs with only the index URL: the pins, and on
+    # linux aarch64 the pins (no CUDA torch build here) and the (empty) overrides.
+    pins = [p.requirement for p in stack.pins]
+    for path in (f"locks/{STACK}.pins.txt", f"locks/{STACK}.linux-aarch64.pins.txt"):
+        assert (checkout.wheels_dir / path).read_text().splitlines()[1:] == pins
+        assert f"{build.sha256_of(checkout.wheels_dir / path)}  {path}" in (
+            checkout.wheels_dir / "SHA256SUMS").read_text().splitlines()
+    assert (checkout.wheels_dir / f"locks/{STACK}.linux-aarch64.overrides.txt").read_text().splitlines()[1:] == []
     lock.write_text("six>=1\n")
     with pytest.raises(ConfigError, match=rf"{STACK}\.txt:1: 'six>=1' is not an exact pin"):
         build.build(checkout, [STACK])
     assert published.read_text() == "# fixture lock\nsix==1.17.0\n"  # wheels/ as it was
+
+
+def test_a_platforms_torch_build_and_overrides_are_published(tmp_path: pathlib.Path, shared_cache: pathlib.Path) -> None:
+    """patches/locks/platforms.toml: linux aarch64's pins add the CUDA torch build, its
+    overrides file holds the override; linux x86_64's pins stay the stack's own."""
+    checkout = make_checkout(tmp_path / "repo", shared_cache)
+    locks_dir = checkout.patches_dir / "locks"
+    locks_dir.mkdir()
+    (locks_dir / f"{STACK}.txt").write_text("# fixture lock\nsix==1.17.0\n")
+    (locks_dir / "platforms.toml").write_text(f"""
+[[override]]
+platform = "linux-aarch64"
+stacks = ["{STACK}"]
+requirement = "torch-memory-saver==0.0.9.post1"
+why = "no aarch64 wheel"
+
+[[torch]]
+platform = "linux-aarch64"
+stacks = ["{STACK}"]
+requirement = "torch==2.9.1+cu130"
+index = "https://download.pytorch.org/whl/cu130"
+why = "PyPI's is a CPU build"
+""")
+    build.build(checkout, [STACK])
+    published = checkout.wheels_dir / "locks"
+    pins = [p.requirement for p in manifest.read_built(checkout.wheels_dir).stack(STACK).pins]
+    assert (published / f"{STACK}.pins.txt").read_text().splitlines()[1:] == pins
+    assert (published / f"{STACK}.linux-aarch64.pins.txt").read_text().splitlines()[1:] == [
+        *pins, "torch==2.9.1+cu130"]
+    assert (published / f"{STACK}.linux-aarch64.overrides.txt").read_text().splitlines()[1:] == [
+        "torch-memory-saver==0.0.9.post1"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import pathlib
 import shlex
@@ -10,9 +11,14 @@ import shutil
 import sys
 import tempfile
 
+from ..install import cross
 from ..install import stack as install
 from ..model import config, locks
+from ..model.errors import ConfigError
 from ..model.files import write_atomic
+from ..platforms import emulator
+from ..platforms.targets import PLATFORMS, Platform, host_platform, platform_named
+from ..wheels.build import overrides_file, pins_file
 
 NAME = "install"
 HELP = "install a stack from the built index + PyPI with its lock; pip check; import smoke"
@@ -44,16 +50,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", type=pathlib.Path,
                         help="write the report as JSON (default wheels/reports/install/<stack>.json)")
     parser.add_argument("--log", type=pathlib.Path, help="every command's output (default beside the report)")
+    parser.add_argument("--platform", choices=sorted(PLATFORMS),
+                        help="install for this platform with uv (--python-platform, --target) and smoke it "
+                             "with its interpreter: linux-aarch64 (DGX Spark) on an x86_64 machine runs "
+                             "the emulated aarch64 python3.11 (fp4graph.platforms.emulator)")
     parser.add_argument("--print-command", action="store_true",
                         help=f"print the install command users run (for --index-url, default {README_INDEX}) "
                              "and exit")
 
 
-def readme_command(stack: str, index_url: str = README_INDEX) -> str:
-    """The README's command: pip, our index, the published lock, the pins read back."""
-    lock = index_url.rstrip("/").removesuffix("/simple") + f"/{locks.LOCKS_DIR}/{stack}.txt"
-    cmd = install.install_command(["pip"], index_url=index_url, lock=lock, pins=[])
-    return shlex.join(cmd) + f" $(python -m fp4graph pins {stack})"
+def readme_command(stack: str, index_url: str = README_INDEX, platform: str | None = None) -> str:
+    """The README's command: our index, the published lock and pins files (no checkout
+    needed); pip for linux x86_64, uv for ``platform`` linux-aarch64 (a DGX Spark: its
+    overrides file needs uv's --override). ``nox -s install`` runs the same command
+    (:func:`fp4graph.install.stack.install_command`) against wheels/ served here."""
+    base = index_url.rstrip("/").removesuffix("/simple") + "/"
+    lock = base + f"{locks.LOCKS_DIR}/{stack}.txt"
+    if platform is None:
+        cmd = install.install_command(["pip"], index_url=index_url, lock=lock, requirements=base + pins_file(stack))
+    else:
+        cmd = install.install_command(["uv", "pip"], index_url=index_url, lock=lock,
+                                      requirements=base + pins_file(stack, platform),
+                                      overrides=base + overrides_file(stack, platform))
+    return shlex.join(cmd)
 
 
 def pair(text: str, what: str) -> tuple[str, str]:
@@ -71,10 +90,24 @@ def extra_checks(values: list[str]) -> list[install.ExtraCheck]:
     return out
 
 
+def _cross_options(settings: config.Settings, options: install.InstallOptions,
+                   target: Platform) -> cross.CrossOptions:
+    """The target's interpreter: this one on its own platform, else the emulated one (aarch64
+    only); the CUDA torch index is taken where the target runs natively."""
+    native = target == host_platform()
+    if not native and target.machine != "aarch64":
+        raise ConfigError(f"--platform {target.name}: no emulated interpreter for it on {host_platform().name}")
+    interpreter = [options.base_python] if native else emulator.aarch64_python(settings.cache_dir)
+    uv = [sys.executable, "-m", "uv"] if importlib.util.find_spec("uv") else [shutil.which("uv") or "uv"]
+    return cross.options_for(options, target, uv=uv, interpreter=interpreter,
+                             python_version=emulator.PYTHON_VERSION if not native else
+                             ".".join(map(str, sys.version_info[:2])), torch_index=native)
+
+
 def run(args: argparse.Namespace) -> int:
     settings = config.Settings.from_env(config.find_checkout())
     if args.print_command:
-        print(readme_command(args.stack, args.index_url or README_INDEX))
+        print(readme_command(args.stack, args.index_url or README_INDEX, args.platform))
         return 0
     report_path = args.report or settings.wheels_dir / "reports" / "install" / f"{args.stack}.json"
     log_file = args.log or report_path.with_suffix(".log")
@@ -89,7 +122,13 @@ def run(args: argparse.Namespace) -> int:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         log_file.unlink(missing_ok=True)
         print(f"install {args.stack}: venv {options.venv}, log {log_file}", flush=True)
-        report = install.install_stack(options)
+        if args.platform and options.extra_checks:
+            raise ConfigError(f"--check {args.check[0]}: extra checks do not run with --platform "
+                              "(the whole-model simulation under the aarch64 interpreter is not wired)")
+        if args.platform:
+            report = cross.install_for_platform(_cross_options(settings, options, platform_named(args.platform)))
+        else:
+            report = install.install_stack(options)
         if args.venv is not None and not args.keep:
             shutil.rmtree(options.venv, ignore_errors=True)
     report_path.parent.mkdir(parents=True, exist_ok=True)

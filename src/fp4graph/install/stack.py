@@ -39,7 +39,7 @@ from ..model.config import Settings
 from ..model.errors import Fp4graphError
 from ..model.locks import Lock, lock_path, read
 from ..model.log import log
-from ..wheels.build import built_pins
+from ..wheels.build import built_pins, pins_file
 from .serve import served
 
 PYPI = "https://pypi.org/simple/"
@@ -57,8 +57,11 @@ def install_command(
     index_url: str,
     extra_index_urls: Sequence[str] = (),
     lock: str | None,
-    pins: Sequence[str],
+    pins: Sequence[str] = (),
+    requirements: str | None = None,
     uv: bool = False,
+    overrides: str | None = None,
+    options: Sequence[str] = (),
 ) -> list[str]:
     """The one install command: README's, ``nox -s install``'s and ``nox -s integration``'s.
 
@@ -66,15 +69,20 @@ def install_command(
     ``uv pip`` with its ``--python``.  pip consults every index and takes the highest
     version (our exact ``==X+fp4graph.N`` pins exist only on ours); uv's first-index
     strategy takes a name from the first index that has it, so ours goes first as
-    ``--index`` and PyPI is the ``--default-index``."""
-    cmd = [*installer, "install"]
+    ``--index`` and PyPI is the ``--default-index``.  ``requirements``: the published file
+    of the stack's pins (``-r``; no checkout needed), else ``pins``.  ``overrides`` (uv only): a file of
+    requirements replacing the stack's own exact pins of those names (a platform's,
+    patches/locks/platforms.toml); ``options`` follow ``install`` (uv's --python-platform)."""
+    cmd = [*installer, "install", *options]
     if uv:
         cmd += ["--index", index_url, *(a for u in extra_index_urls for a in ("--default-index", u))]
     else:
         cmd += ["--index-url", index_url, *(a for u in extra_index_urls for a in ("--extra-index-url", u))]
     if lock:
         cmd += ["-c", lock]
-    return [*cmd, *pins]
+    if overrides:
+        cmd += ["--override", overrides]
+    return [*cmd, *(["-r", requirements] if requirements else []), *pins]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,10 +95,12 @@ class SmokeCheck:
     module: str | None = None
     args: tuple[str, ...] = ()
 
-    def argv(self, python: pathlib.Path) -> list[str]:
+    def argv(self, python: pathlib.Path | Sequence[str]) -> list[str]:
+        """The check run by ``python`` (a path, or an argv prefix: an emulated interpreter)."""
+        prefix = [str(python)] if isinstance(python, pathlib.Path) else list(python)
         if self.module:
-            return [str(python), "-m", self.module, *self.args]
-        return [str(python), "-c", self.code or ""]
+            return [*prefix, "-m", self.module, *self.args]
+        return [*prefix, "-c", self.code or ""]
 
 
 _MODEL_CLASSES = """\
@@ -166,6 +176,7 @@ class InstallOptions:
     env: tuple[tuple[str, str], ...] = ()  # for the smoke and extra checks
     log_file: pathlib.Path | None = None
     upgrade_pip: bool = True  # False: the pip the venv brings (offline tests)
+    pins_as_built: bool = True  # the pins are wheels/manifest.json's (its published pins file says them)
 
     @property
     def python(self) -> pathlib.Path:
@@ -301,9 +312,12 @@ print(json.dumps({
 """
 
 
-def probe(python: pathlib.Path) -> tuple[dict[str, str], dict[str, str]]:
-    """(distributions {canonical name: version}, marker environment) of ``python``."""
-    out = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, env=clean_env())
+def probe(python: pathlib.Path | Sequence[str],
+          env: dict[str, str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """(distributions {canonical name: version}, marker environment) of ``python`` (a path,
+    or an argv prefix with its ``env``)."""
+    prefix = [str(python)] if isinstance(python, pathlib.Path) else list(python)
+    out = subprocess.run([*prefix, "-c", _PROBE], capture_output=True, text=True, env=env or clean_env())
     if out.returncode != 0:
         raise InstallError(f"{python}: cannot list its distributions: {error_line(out.stderr)}")
     data = json.loads(out.stdout)
@@ -330,11 +344,25 @@ def lock_problems(lock: Lock, installed: dict[str, str], own: Sequence[str],
     return problems
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Served:
+    """Where the install command finds what it needs."""
+
+    index_url: str
+    lock: str | None  # the lock's URL (or path)
+    base: str | None  # the served wheels/ (its published locks/ and pins files), None: an index given
+
+    def published(self, options: InstallOptions, path: str) -> str | None:
+        """The URL of ``path`` (relative to wheels/) when wheels/ is served and has it."""
+        return self.base + path if self.base and (options.wheels_dir / path).is_file() else None
+
+
 @contextlib.contextmanager
-def _index(options: InstallOptions) -> Iterator[tuple[str, str | None]]:
-    """(index URL, lock URL or path) for the install command."""
+def _index(options: InstallOptions) -> Iterator[Served]:
+    """The index, lock and published files for the install command."""
     if options.index_url:
-        yield options.index_url, str(options.lock_file) if options.lock_file else None
+        yield Served(index_url=options.index_url, lock=str(options.lock_file) if options.lock_file else None,
+                     base=None)
         return
     with served(options.wheels_dir) as base:
         lock = None
@@ -342,7 +370,7 @@ def _index(options: InstallOptions) -> Iterator[tuple[str, str | None]]:
             # The published lock (wheels/locks/) as users fetch it, else the checkout's.
             published = options.wheels_dir / "locks" / options.lock_file.name
             lock = base + f"locks/{options.lock_file.name}" if published.is_file() else str(options.lock_file)
-        yield base + "simple/", lock
+        yield Served(index_url=base + "simple/", lock=lock, base=base)
 
 
 def install_stack(options: InstallOptions) -> InstallReport:
@@ -365,9 +393,13 @@ def install_stack(options: InstallOptions) -> InstallReport:
     else:
         installer = [str(python), "-m", "pip"]
 
-    with _index(options) as (index_url, lock_url):
-        command = install_command(installer, index_url=index_url, extra_index_urls=options.extra_index_urls,
-                                  lock=lock_url, pins=options.pins, uv=options.installer == "uv")
+    with _index(options) as where:
+        # The README's command: the published pins file when it is the stack's own pins.
+        lock_url = where.lock
+        pins_url = where.published(options, pins_file(options.stack)) if lock_url and options.pins_as_built else None
+        command = install_command(installer, index_url=where.index_url, extra_index_urls=options.extra_index_urls,
+                                  lock=lock_url, pins=() if pins_url else options.pins, requirements=pins_url,
+                                  uv=options.installer == "uv")
         uv_env = {**clean_env(), "VIRTUAL_ENV": str(options.venv)} if options.installer == "uv" else None
         report.command = shlex.join(command)
         step = _step(report, "install", command, options, env=uv_env,
@@ -453,6 +485,7 @@ def options_for(
     ``lock_file``) unless not ``locked``; the smoke imports the model classes of the
     families its sglang release has."""
     wheels = wheels_dir or settings.wheels_dir
+    as_built = pins is None
     pins = tuple(pins if pins is not None else built_pins(wheels, stack))
     path = (lock_file or lock_path(settings.patches_dir, stack)) if locked else None
     return InstallOptions(
@@ -463,4 +496,5 @@ def options_for(
                                (() if index_url else (PYPI,))),
         installer=installer, checks=tuple(smoke_checks(families.architectures(sglang_version(pins)))),
         extra_checks=tuple(extra_checks), env=tuple(env), log_file=log_file, upgrade_pip=upgrade_pip,
+        pins_as_built=as_built,
     )

@@ -93,6 +93,7 @@ DEBS = (
          "aaa46dcb3b39948ae2e0fdb72cfcb2f48c0b59f19785a3da8045c05eb19955dd"),
 )
 PYTHON = "usr/bin/python3.11"  # in the root
+PYTHON_VERSION = "3.11"
 
 
 class EmulatorError(Fp4graphError):

@@ -37,6 +37,8 @@ from ..model.manifest import (
 )
 from ..model.series import Series, load_series
 from ..model.stacks import Artifact, ArtifactFile, Catalog, load
+from ..platforms.overrides import platform_pins
+from ..platforms.targets import LINUX_X86_64, PLATFORMS
 from . import apply, repack, trees
 from .fetch import fetch, sha256_of
 from .index import write_index, write_metadata_files
@@ -169,6 +171,44 @@ def _publish_locks(settings: Settings, stack_names: Sequence[str], staging: path
     return out
 
 
+def pins_file(stack: str, platform: str | None = None) -> str:
+    """The published requirements file of ``stack``'s own pins (for ``platform``:
+    linux-aarch64's adds the CUDA torch build where PyPI's is a CPU one), relative to wheels/."""
+    return f"{locks.LOCKS_DIR}/{stack}{'.' + platform if platform else ''}.pins.txt"
+
+
+def overrides_file(stack: str, platform: str) -> str:
+    """The published ``uv --override`` file of ``stack`` on ``platform``, relative to wheels/."""
+    return f"{locks.LOCKS_DIR}/{stack}.{platform}.overrides.txt"
+
+
+def _publish_install_files(settings: Settings, built: Manifest, staging: pathlib.Path) -> list[str]:
+    """Per stack with a lock, what one install command needs beside the lock and only the
+    index URL (no checkout): its pins as a requirements file, and per platform the pins plus
+    the CUDA torch build and the overrides (patches/locks/platforms.toml)."""
+    written = []
+    for stack in built.stacks:
+        name = stack.name
+        if stack.lock is None:
+            continue
+        own = [p.requirement for p in stack.pins]
+        files = {pins_file(name): ("", own)}
+        for target in PLATFORMS.values():
+            if target == LINUX_X86_64:
+                continue
+            extra = platform_pins(settings.patches_dir / locks.LOCKS_DIR, name, target)
+            torch = [extra.torch.requirement] if extra.torch else []
+            files[pins_file(name, target.name)] = (f" on {target.name}", own + torch)
+            files[overrides_file(name, target.name)] = (
+                f" on {target.name} (uv --override)", [o.requirement for o in extra.overrides])
+        for path, (where, lines) in files.items():
+            kind = "overrides" if path.endswith("overrides.txt") else "pins"
+            (staging / path).write_text(f"# fp4graph {kind} of stack {name}{where}\n"
+                                        + "".join(line + "\n" for line in lines))
+            written.append(path)
+    return written
+
+
 def built_pins(wheels_dir: pathlib.Path, stack: str) -> list[str]:
     """The requirements that install ``stack`` as built (from ``wheels_dir/manifest.json``)."""
     return [p.requirement for p in manifest.read_built(wheels_dir).stack(stack).pins]
@@ -232,11 +272,13 @@ def build(settings: Settings, stack_names: Sequence[str] | None = None) -> Manif
         write_metadata_files(staging)
         write_index(staging)
         published = _publish_locks(settings, names, staging)
+        written = dataclasses.replace(_manifest(catalog, names, series_of, built, published), kernels=kernels)
+        install_files = _publish_install_files(settings, written, staging)
         sums = [f"{w.sha256}  {w.filename}\n" for ws in built.values() for w in ws]
         sums += [f"{lock.sha256}  {lock.path}\n" for lock in published.values()]
+        sums += [f"{sha256_of(staging / path)}  {path}\n" for path in install_files]
         sums += [f"{k.sha256}  {k.filename}\n" for k in kernels]
         (staging / "SHA256SUMS").write_text("".join(sorted(sums, key=lambda s: s[66:])))
-        written = dataclasses.replace(_manifest(catalog, names, series_of, built, published), kernels=kernels)
         manifest.write(staging / manifest.FILENAME, written)
     return written
 

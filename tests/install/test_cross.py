@@ -1,0 +1,92 @@
+"""fp4graph.install.cross: the install for another platform (linux aarch64) and its smoke,
+on their parts: the command, the one-interpreter smoke, pip check's sbsa tags. The whole
+path under the emulated aarch64 python is `nox -s install -- STACK --platform linux-aarch64`
+(docs/installing.md has its measurements)."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import sys
+
+from fp4graph.install import cross, stack
+from fp4graph.platforms.overrides import Override, PlatformPins, TorchBuild
+from fp4graph.platforms.targets import LINUX_AARCH64
+
+PINS = ("sglang==1+fp4graph.1", "flashinfer-python==2+fp4graph.3")
+TORCH = TorchBuild(platform=LINUX_AARCH64, stacks=("s",), requirement="torch==2.9.1+cu130",
+                   index="https://download.pytorch.org/whl/cu130", why="w")
+TMS = Override(platform=LINUX_AARCH64, stacks=("s",), requirement="tms==0.0.9.post1", why="w")
+
+
+def options(tmp_path: pathlib.Path, *, torch_index: bool, checks: tuple[stack.SmokeCheck, ...] = ()
+            ) -> cross.CrossOptions:
+    base = stack.InstallOptions(stack="s", pins=PINS, repo=tmp_path, wheels_dir=tmp_path / "wheels",
+                                venv=tmp_path / "target", base_python=sys.executable, lock=None,
+                                lock_file=None, checks=checks)
+    return cross.CrossOptions(base=base, platform=LINUX_AARCH64, python_version="3.11", uv=("uv",),
+                              interpreter=(sys.executable,), extra=PlatformPins(overrides=(TMS,), torch=TORCH),
+                              torch_index=torch_index)
+
+
+def published(tmp_path: pathlib.Path, *names: str) -> None:
+    for name in names:
+        (tmp_path / "wheels" / "locks").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "wheels" / "locks" / name).write_text("")
+
+
+def test_the_command_is_the_readmes_for_the_target(tmp_path: pathlib.Path) -> None:
+    """The published pins and overrides, uv for aarch64 into --target; torch's CUDA build and
+    its index where that index is reachable."""
+    published(tmp_path, "s.pins.txt", "s.linux-aarch64.pins.txt", "s.linux-aarch64.overrides.txt")
+    where = stack.Served(index_url="http://i/simple/", lock="http://i/locks/s.txt", base="http://i/")
+    spark = cross.target_command(options(tmp_path, torch_index=True), where, None)
+    assert spark[:4] == ["uv", "pip", "install", "--python-platform"]
+    assert spark[4] == "aarch64-manylinux_2_34" and "--no-build" in spark
+    assert spark[spark.index("--target") + 1] == str(tmp_path / "target")
+    assert spark[spark.index("--index-strategy") - 1] == "https://download.pytorch.org/whl/cu130"
+    assert spark[-6:] == ["-c", "http://i/locks/s.txt", "--override", "http://i/locks/s.linux-aarch64.overrides.txt",
+                          "-r", "http://i/locks/s.linux-aarch64.pins.txt"]
+    # Here: PyPI's torch (the stack's own pins file), said so in the report.
+    here = options(tmp_path, torch_index=False)
+    emulated = cross.target_command(here, where, None)
+    assert "https://download.pytorch.org/whl/cu130" not in emulated and emulated[-1] == "http://i/locks/s.pins.txt"
+    assert "not torch==2.9.1+cu130 from https://download.pytorch.org/whl/cu130" in cross.torch_note(here)
+    # No published files (an --index-url given): the pins and a local overrides file.
+    bare = stack.Served(index_url="http://i/simple/", lock=None, base=None)
+    assert cross.target_command(here, bare, tmp_path / "o.txt")[-4:] == ["--override", str(tmp_path / "o.txt"),
+                                                                          *PINS]
+
+
+def test_the_smoke_runs_every_check_in_one_interpreter_and_reports_each(tmp_path: pathlib.Path) -> None:
+    checks = (stack.SmokeCheck(name="fine", code="print('hello')"),
+              stack.SmokeCheck(name="broken", code="import no_such_module_here"),
+              stack.SmokeCheck(name="driver", code="raise ImportError('libcuda.so.1: cannot open shared object file')"),
+              stack.SmokeCheck(name="help", module="json.tool", args=("--help",)))
+    report = stack.InstallReport(stack="s", venv="", command="")
+    cross._smoke(report, dataclasses.replace(options(tmp_path, torch_index=False), base=dataclasses.replace(
+        options(tmp_path, torch_index=False).base, checks=checks)), {}, tmp_path)
+    found = {s.name: s for s in report.steps}
+    assert list(found) == ["smoke: import torch", "smoke: fine", "smoke: broken", "smoke: driver", "smoke: help"]
+    assert found["smoke: fine"].ok and found["smoke: fine"].detail == "hello"
+    assert not found["smoke: broken"].ok
+    assert found["smoke: broken"].detail == "ModuleNotFoundError: No module named 'no_such_module_here'"
+    assert found["smoke: driver"].skipped and found["smoke: help"].ok
+    assert found["smoke: import torch"].ok == _has_torch()
+
+
+def _has_torch() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("torch") is not None
+
+
+def test_pip_checks_sbsa_complaint_is_told_apart(tmp_path: pathlib.Path) -> None:
+    """NVIDIA's aarch64 wheels say manylinux2014_sbsa in their WHEEL file: pip check calls them
+    unsupported on a Spark too; any other complaint stays a failure."""
+    for name, tag in (("nvidia_cusparselt_cu13-0.8.0", "py3-none-manylinux2014_sbsa"),
+                      ("other-1.0", "py3-none-manylinux2014_aarch64")):
+        (tmp_path / f"{name}.dist-info").mkdir()
+        (tmp_path / f"{name}.dist-info" / "WHEEL").write_text(f"Wheel-Version: 1.0\nTag: {tag}\n")
+    assert cross._sbsa_tagged(tmp_path, "nvidia-cusparselt-cu13 0.8.0 is not supported on this platform")
+    assert not cross._sbsa_tagged(tmp_path, "other 1.0 is not supported on this platform")
+    assert not cross._sbsa_tagged(tmp_path, "sglang 1 has requirement x==1, but you have x 2.")
