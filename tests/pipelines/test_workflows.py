@@ -40,6 +40,7 @@ PERMISSIONS = {
     "drift": {"contents": "read", "issues": "write"},  # the tracking issue
     "install": {"contents": "read"},
     "kernels": {"contents": "read"},
+    "spark": {"contents": "read"},
 }
 
 # Every `run:` step is exactly one command of one of these kinds: installing nox, a nox
@@ -328,6 +329,21 @@ def test_kernels_publishes_only_the_kernels_wheels_from_a_configurable_runner() 
     (publish,) = [c for c in runs if nox_argv(c) and "publish" in nox_sessions(nox_argv(c) or [])]
     assert publish[-2:] == ["--project", "flashinfer-jit-cache"], publish
     assert any(nox_argv(c) and nox_sessions(nox_argv(c) or []) == ["kernels"] for c in runs)
+
+
+def test_spark_builds_publishes_installs_for_aarch64_and_runs_the_integration() -> None:
+    """spark.yml: on a self-hosted GB10 runner: kernels for 12.1a, publish only them, the
+    linux-aarch64 install (the README's DGX Spark command) and nox -s integration."""
+    workflow = load(WORKFLOW_DIR / "spark.yml")
+    (job,) = workflow["jobs"].values()
+    assert job["runs-on"][0] == "self-hosted" and "vars.FP4GRAPH_SPARK_RUNNER_LABEL" in job["runs-on"][1]
+    runs = [nox_argv(c) or [] for _, step in steps(workflow) for c in commands(step.get("run", ""))]
+    sessions = [nox_sessions(argv)[0] for argv in runs if argv]
+    assert sessions == ["wheels", "kernels", "publish", "install", "integration"]
+    kernels, publish, install = (next(a for a in runs if a and nox_sessions(a) == [s])
+                                 for s in ("kernels", "publish", "install"))
+    assert kernels[-2:] == ["--arch", "12.1a"] and publish[-2:] == ["--project", "flashinfer-jit-cache"]
+    assert install[-2:] == ["--platform", "linux-aarch64"]
 
 
 def test_gpu_runner_label_is_configurable() -> None:
