@@ -90,3 +90,10 @@ def test_pip_checks_sbsa_complaint_is_told_apart(tmp_path: pathlib.Path) -> None
     assert cross._sbsa_tagged(tmp_path, "nvidia-cusparselt-cu13 0.8.0 is not supported on this platform")
     assert not cross._sbsa_tagged(tmp_path, "other 1.0 is not supported on this platform")
     assert not cross._sbsa_tagged(tmp_path, "sglang 1 has requirement x==1, but you have x 2.")
+
+
+def test_pip_checks_complaint_about_an_override_is_the_override(tmp_path: pathlib.Path) -> None:
+    here = options(tmp_path, torch_index=False)
+    assert cross._overridden(here, "sglang 1+fp4graph.1 has requirement tms==0.0.9, but you have tms 0.0.9.post1.")
+    assert not cross._overridden(here, "sglang 1 has requirement tms==0.0.9, but you have tms 0.0.8.")
+    assert not cross._overridden(here, "sglang 1 has requirement six==1, but you have six 0.0.9.post1.")
