@@ -109,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
     if args.print_command:
         print(readme_command(args.stack, args.index_url or README_INDEX, args.platform))
         return 0
-    report_path = args.report or settings.wheels_dir / "reports" / "install" / f"{args.stack}.json"
+    suffix = f".{args.platform}" if args.platform else ""
+    report_path = args.report or settings.wheels_dir / "reports" / "install" / f"{args.stack}{suffix}.json"
     log_file = args.log or report_path.with_suffix(".log")
     with tempfile.TemporaryDirectory(prefix=f"fp4graph-install-{args.stack}-") as tmp:
         options = install.options_for(
