@@ -159,6 +159,7 @@ def test_companions_are_pinned_beside_the_artifact_and_never_built() -> None:
 TOML_READERS = {
     "src/fp4graph/model/stacks.py": "patches/stacks.toml",
     "src/fp4graph/model/locks.py": "patches/locks/holds.toml",
+    "src/fp4graph/platforms/overrides.py": "patches/locks/platforms.toml",
 }
 _TOML_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tomllib|tomli|toml)\b", re.MULTILINE)
 

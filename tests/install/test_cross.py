@@ -10,6 +10,7 @@ import pathlib
 import sys
 
 from fp4graph.install import cross, stack
+from fp4graph.model import locks
 from fp4graph.platforms.overrides import Override, PlatformPins, TorchBuild
 from fp4graph.platforms.targets import LINUX_AARCH64
 
@@ -51,6 +52,13 @@ def test_the_command_is_the_readmes_for_the_target(tmp_path: pathlib.Path) -> No
     here = options(tmp_path, torch_index=False)
     emulated = cross.target_command(here, where, None)
     assert "https://download.pytorch.org/whl/cu130" not in emulated and emulated[-1] == "http://i/locks/s.pins.txt"
+    # ... and what the CUDA build brings that sglang imports: triton, at the lock's x86_64 pin.
+    lock = locks.make("s", [], [locks.LockedPin(name="triton", version="3.5.1",
+                                                marker='platform_machine == "x86_64" and sys_platform == "linux"')])
+    locked = dataclasses.replace(here, base=dataclasses.replace(here.base, lock=lock))
+    assert cross.target_command(locked, where, None)[-3:] == ["-r", "http://i/locks/s.pins.txt", "triton==3.5.1"]
+    assert "added what the CUDA build brings and sglang imports: triton==3.5.1" in cross.torch_note(locked)
+    assert cross.stand_ins(options(tmp_path, torch_index=True)) == []
     assert "not torch==2.9.1+cu130 from https://download.pytorch.org/whl/cu130" in cross.torch_note(here)
     # No published files (an --index-url given): the pins and a local overrides file.
     bare = stack.Served(index_url="http://i/simple/", lock=None, base=None)

@@ -82,13 +82,32 @@ def options_for(base: InstallOptions, platform: Platform, *, uv: Sequence[str], 
                         extra=platform_pins(base.repo / "patches" / LOCKS_DIR, base.stack, platform))
 
 
+# What a CUDA build of torch requires that PyPI's aarch64 CPU build does not, and sglang
+# imports at start (sglang requires none of them itself): taken at the version the lock
+# pins for linux x86_64, whose torch on PyPI is a CUDA build.
+CUDA_TORCH_BRINGS = ("triton",)
+
+
+def stand_ins(options: CrossOptions) -> list[str]:
+    """Where PyPI's CPU torch stands in for the platform's CUDA build (its index out of
+    reach), what that build would bring: ``triton==V`` at the lock's x86_64 version."""
+    if options.extra.torch is None or options.torch_index or options.base.lock is None:
+        return []
+    x86 = options.base.lock.versions({"platform_machine": "x86_64", "sys_platform": "linux",
+                                      "platform_system": "Linux"})
+    return [f"{name}=={x86[name]}" for name in CUDA_TORCH_BRINGS if name in x86]
+
+
 def torch_note(options: CrossOptions) -> str:
     """What the torch of this install is, when it is not the build a user's gets."""
     build = options.extra.torch
     if build is None or options.torch_index:
         return ""
+    extra = stand_ins(options)
     return (f"torch: PyPI's build (a CPU build on {options.platform.name}), not {build.requirement} "
-            f"from {build.index}, which this machine cannot reach; a DGX Spark installs that one")
+            f"from {build.index}, which this machine cannot reach; a DGX Spark installs that one"
+            + (f"; added what the CUDA build brings and sglang imports: {', '.join(extra)} (the lock's "
+               "x86_64 pin)" if extra else ""))
 
 
 def target_command(options: CrossOptions, where: Served, overrides: pathlib.Path | None) -> list[str]:
@@ -107,7 +126,8 @@ def target_command(options: CrossOptions, where: Served, overrides: pathlib.Path
     extra = list(options.base.extra_index_urls)
     if build is not None:  # torch's index beside ours; both carry exact versions only we pin
         platform_options += ["--index", build.index, "--index-strategy", "unsafe-best-match"]
-    pins = [] if pins_url else [*options.base.pins, *([build.requirement] if build else [])]
+    pins = [*([] if pins_url else [*options.base.pins, *([build.requirement] if build else [])]),
+            *stand_ins(options)]
     override = published_overrides or (str(overrides) if overrides else None)
     return install_command([*options.uv, "pip"], index_url=where.index_url, extra_index_urls=extra,
                            lock=where.lock, pins=pins, requirements=pins_url, uv=True, overrides=override,
@@ -240,7 +260,7 @@ def install_for_platform(options: CrossOptions) -> InstallReport:
                 "sglang-kernel", "torch-memory-saver", "triton", "numpy")
         report.versions = {k: installed[k] for k in keep if k in installed}
         if base.lock is not None:
-            problems = lock_problems(base.lock, installed, base.pins, environment)
+            problems = lock_problems(base.lock, installed, [*base.pins, *stand_ins(options)], environment)
             report.steps.append(Step(name="lock", ok=not problems, seconds=time.monotonic() - started,
                                      detail="; ".join(problems) or f"{len(installed)} distributions as "
                                      f"locked for {environment['platform_machine']}"))
