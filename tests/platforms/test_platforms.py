@@ -1,0 +1,58 @@
+"""fp4graph.platforms: the target platforms' wheel tags, and the emulated aarch64 python."""
+
+from __future__ import annotations
+
+import hashlib
+import pathlib
+import subprocess
+
+import pytest
+
+from fp4graph.model.config import default_cache_dir
+from fp4graph.model.errors import ConfigError, HashMismatchError
+from fp4graph.platforms import emulator
+from fp4graph.platforms.targets import LINUX_AARCH64, LINUX_X86_64, platform_named
+
+SGLANG = "sglang-0.5.11-cp311-cp311-manylinux_2_34_{}.whl"
+
+
+def test_each_platform_takes_its_own_wheels_and_pure_ones() -> None:
+    assert LINUX_AARCH64.accepts(SGLANG.format("aarch64"))
+    assert not LINUX_AARCH64.accepts(SGLANG.format("x86_64"))
+    assert LINUX_X86_64.accepts(SGLANG.format("x86_64"))
+    assert not LINUX_X86_64.accepts(SGLANG.format("aarch64"))
+    for p in (LINUX_AARCH64, LINUX_X86_64):
+        assert p.accepts("flashinfer_python-0.6.7.post3-py3-none-any.whl")
+        assert not p.accepts("torch-2.9.1-cp311-none-macosx_11_0_arm64.whl")
+    assert LINUX_AARCH64.accepts("sgl_kernel-0.3.21-cp310-abi3-manylinux2014_aarch64.whl")
+    assert LINUX_AARCH64.uv_platform == "aarch64-manylinux_2_34"
+
+
+def test_an_unknown_platform_is_named() -> None:
+    with pytest.raises(ConfigError, match="'linux-arm64'.*linux-x86_64, linux-aarch64"):
+        platform_named("linux-arm64")
+
+
+def test_every_pin_is_a_debian_pool_path_with_a_sha256() -> None:
+    for deb in (emulator.QEMU, *emulator.DEBS):
+        assert deb.pool_path.startswith("pool/main/") and deb.filename.endswith(".deb")
+        assert len(deb.sha256) == 64 and int(deb.sha256, 16) >= 0
+    assert emulator.QEMU.filename.endswith("_amd64.deb")
+    assert all(d.filename.endswith(("_arm64.deb", "_all.deb")) for d in emulator.DEBS)
+
+
+def test_a_cached_deb_with_another_hash_is_refused(tmp_path: pathlib.Path) -> None:
+    deb = emulator.Deb(pool_path="pool/main/x/x/x_1_arm64.deb", sha256=hashlib.sha256(b"a").hexdigest())
+    (tmp_path / "debian").mkdir()
+    (tmp_path / "debian" / deb.filename).write_bytes(b"b")
+    with pytest.raises(HashMismatchError, match="x_1_arm64.deb: expected .*emulator.py"):
+        emulator.fetch_deb(tmp_path, deb)
+
+
+@pytest.mark.slow
+def test_the_emulated_python_is_aarch64() -> None:
+    """Downloads the pinned .deb files (~70 MB) once into the fp4graph cache."""
+    argv = emulator.aarch64_python(default_cache_dir())
+    code = "import platform, sys, sysconfig; print(platform.machine(), sys.version_info[:2], sysconfig.get_platform())"
+    out = subprocess.run([*argv, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["aarch64", "(3,", "11)", "linux-aarch64"]
