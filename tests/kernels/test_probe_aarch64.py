@@ -53,11 +53,6 @@ def _tools() -> None:
 _tools()
 OPTIONS = kernels.KernelOptions(stack=STACK, archs=(Arch(12, 1),), kinds=("probe",), jobs=2,
                                 platform=cross.LINUX_AARCH64)
-# What the emulated interpreter imports besides the patched flashinfer tree and the wheel:
-# torch (PyPI's aarch64 2.9.1 is a CPU build), the tvm-ffi the modules are built against, and
-# flashinfer 0.6.x's own imports.
-REQUIREMENTS = pathlib.Path(__file__).parents[1] / "flashinfer" / "requirements.txt"
-CUDART_VERSION = "13.0.96"  # the version of the runtime the modules link (cross.CUDART)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +75,7 @@ def test_the_aarch64_probe_is_aarch64_and_builds_twice_to_the_same_bytes(
     assert first.toolchain["platform"] == "linux-aarch64"
     assert first.toolchain["cxx"].startswith("aarch64-linux-gnu-g++")
     assert first.toolchain["cudart"] == cross.CUDART[("13.0", "aarch64")].filename
-    assert f"-{CUDART_VERSION}-" in first.toolchain["cudart"]
+    assert f"-{aarch64.CUDART.split('==')[1]}-" in first.toolchain["cudart"]
     with zipfile.ZipFile(settings.wheels_dir / first.filename) as zf:
         library = zf.read(f"flashinfer_jit_cache/jit_cache/{worker.PROBE_NAME}/{worker.PROBE_NAME}.so")
     machine, versions = elf.needed_versions(library)
@@ -141,18 +136,12 @@ def test_flashinfer_loads_the_aarch64_probe_under_emulation_without_nvcc(
     download of the aarch64 packages (~550 MB installed, cached) and of the emulator."""
     settings, built = aarch64_wheel
     cache = config.default_cache_dir()
-    imports = [ln for ln in REQUIREMENTS.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    tvm_ffi = [r for r in kernels.BUILD_REQUIREMENTS if r.startswith("apache-tvm-ffi")]
-    packages = aarch64.site(cache, [*imports, *tvm_ffi, "torch==2.9.1"])
+    packages, lib = aarch64.flashinfer_site(cache), aarch64.cudart_dir(cache)
     site = tmp_path / "site"
     aarch64.pip_install(site, [str(settings.wheels_dir / built.filename)], deps=False)
-    # libcudart.so.13 for aarch64, from the wheel torch's aarch64 CUDA builds depend on.
-    cudart = tmp_path / "cudart"
-    aarch64.pip_install(cudart, [f"nvidia-cuda-runtime=={CUDART_VERSION}"], deps=False)
     tree = wheel_tree("flashinfer-python", "0.6.3", patched=True)
 
     start = time.time()
-    lib = cudart / "nvidia" / "cu13" / "lib"
     loaded, calls = _load_emulated([site, tree, packages], lib, tmp_path / "with")
     jit_cache = site / "flashinfer_jit_cache" / "jit_cache"
     assert loaded["machine"] == "aarch64" and loaded["flashinfer"].startswith("0.6.3+fp4graph."), loaded
