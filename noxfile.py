@@ -26,16 +26,14 @@ TORCH = "torch==2.13.0"
 # and the versions each traces; read with our own stacks module (nox brings `packaging`).
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "src"))
-from fp4graph.model.stacks import load  # noqa: E402
+from fp4graph.model.stacks import DEFAULT_STACK, load  # noqa: E402
 
 CATALOG = load(HERE / "patches" / "stacks.toml")
 VERSIONS_BY_TORCH = CATALOG.versions_by_torch()
 STACK_TORCHES = sorted(VERSIONS_BY_TORCH)
 # The stacks with sglang, by torch pin: tracing installs each (nox -s install) under its pin.
 SGLANG_STACKS_BY_TORCH = {
-    torch: [s.name for s in CATALOG.stacks
-            if s.torch == torch and any(a.project == "sglang" for a in CATALOG.stack_artifacts(s))]
-    for torch in STACK_TORCHES
+    torch: [s.name for s in CATALOG.sglang_stacks() if s.torch == torch] for torch in STACK_TORCHES
 }
 
 
@@ -55,8 +53,8 @@ def _test_requirements() -> list[str]:
 
 
 def _stack(session: nox.Session) -> str:
-    """The stack GPU-side sessions use: FP4GRAPH_STACK, default sglang-0.5.9."""
-    stack = os.environ.get("FP4GRAPH_STACK", "sglang-0.5.9")
+    """The stack GPU-side sessions use: FP4GRAPH_STACK, default stacks.DEFAULT_STACK."""
+    stack = os.environ.get("FP4GRAPH_STACK", DEFAULT_STACK)
     session.log(f"stack {stack}")
     return stack
 

@@ -62,24 +62,18 @@ REPO = HERE.parent
 # flashinfer version -> the sglang stack that pins it (patches/stacks.toml).
 STACK_OF = {"0.6.3": "sglang-0.5.9", "0.6.7.post3": "sglang-0.5.10.post1", "0.6.8.post1": "sglang-0.5.11"}
 # Per stack and model kind: the fp4_warmup kinds the patched warm-up requests on SM120,
-# equal to the fp4 modules the pristine server (piecewise off) builds.  0.5.9's
-# --fp4-gemm-backend defaults to flashinfer_cutlass (CUTLASS GEMM module); 0.5.10+ pick
-# flashinfer_cudnn on SM120 (no JIT module); FlashInfer's CUTLASS fused MoE only with
-# --moe-runner-backend flashinfer_cutlass.
+# equal to the fp4 modules the pristine server (piecewise off) builds: fp4graph's table
+# (fp4graph.model.warmup, checked against sglang's code by tests/models/test_fp4_warmup_models.py).
+sys.path.insert(0, str(REPO / "src"))
+from fp4graph.model import warmup  # noqa: E402
+
 MODEL_KINDS: dict[str, dict[str, list[str]]] = {
-    "sglang-0.5.9": {
-        "dense": ["quantization", "gemm_cutlass"],
-        "moe-auto": ["quantization", "gemm_cutlass"],
-        "moe-flashinfer_cutlass": ["quantization", "gemm_cutlass", "moe_cutlass"],
-    },
-    **{
-        stack: {
-            "dense": ["quantization"],
-            "moe-auto": ["quantization"],
-            "moe-flashinfer_cutlass": ["quantization", "moe_cutlass"],
-        }
-        for stack in ("sglang-0.5.10.post1", "sglang-0.5.11")
-    },
+    stack: {
+        "dense": list(warmup.requested(stack.removeprefix("sglang-"))),
+        "moe-auto": list(warmup.requested(stack.removeprefix("sglang-"))),
+        "moe-flashinfer_cutlass": list(warmup.requested(stack.removeprefix("sglang-"), "flashinfer_cutlass")),
+    }
+    for stack in STACK_OF.values()
 }
 # What flashinfer.fp4_warmup(device) builds on SM120 (the warm-up of revision 1).
 ALL_KINDS = ["quantization", "gemm_cutlass", "moe_cutlass"]

@@ -4,6 +4,7 @@ and cli.main's terminal (exit codes, the ``Class: message`` line)."""
 from __future__ import annotations
 
 import argparse
+import pathlib
 import pkgutil
 import types
 
@@ -69,3 +70,24 @@ def test_an_fp4graph_error_is_one_line_and_exit_2(
     monkeypatch.setattr(commands, "COMMANDS", (_fake_command(RuntimeError("bug")),))
     with pytest.raises(RuntimeError):  # anything else is a bug: its traceback, not a line
         cli.main(["hello"])
+
+
+def test_stacks_lists_the_catalog_by_torch_pin_for_ci(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """.ci/sessions takes the oldest torch pin from the first line and the stack of the
+    newest from the last: ordered by version, not as written (2.10 after 2.9)."""
+    sha = "0" * 64
+    (tmp_path / "patches").mkdir()
+    blocks = []
+    for version, torch in (("0.5.11", "2.10.0"), ("0.5.9", "2.9.1")):
+        blocks.append(f'[[artifact]]\nproject = "sglang"\nversion = "{version}"\nrevision = 1\n'
+                      f'files = [{{ filename = "sglang-{version}-py3-none-any.whl", sha256 = "{sha}" }}]\n')
+        blocks.append(f'[[stack]]\nname = "sglang-{version}"\nartifacts = ["sglang=={version}"]\ntorch = "{torch}"\n')
+    blocks.append('[[stack]]\nname = "no-torch"\nartifacts = ["sglang==0.5.9"]\n')
+    (tmp_path / "patches" / "stacks.toml").write_text("\n".join(blocks))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["stacks", "--torch"]) == 0
+    assert capsys.readouterr().out == "sglang-0.5.9 2.9.1\nsglang-0.5.11 2.10.0\n"
+    assert cli.main(["stacks", "--sglang"]) == 0
+    assert capsys.readouterr().out == "sglang-0.5.11\nsglang-0.5.9\nno-torch\n"

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import pathlib
+import re
+
 import pytest
-import tomllib
 
 from fp4graph.model import stacks
 from fp4graph.model.errors import ConfigError
@@ -28,7 +30,7 @@ def test_repository_stacks_parse() -> None:
     """The repository's catalog, checked against a plain TOML reading of the same file, so a
     new stack or a revision bump needs no change here."""
     path = REPO / "patches" / "stacks.toml"
-    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    raw = stacks.read(path)
     catalog = stacks.load(path)
     names = [s.name for s in catalog.stacks]
     assert names == [s["name"] for s in raw["stack"]] and len(set(names)) == len(names)
@@ -149,3 +151,48 @@ def test_companions_are_pinned_beside_the_artifact_and_never_built() -> None:
     assert fi.companion("flashinfer-jit-cache") is None
     assert [f.filename for f in fi.files] == [WHEEL]
     assert stacks.parse({"artifact": [artifact()]}).artifact("flashinfer-python", "0.6.3").companions == ()
+
+
+# What may parse TOML, and the one file each reads: stacks.toml has one reader.
+TOML_READERS = {
+    "src/fp4graph/model/stacks.py": "patches/stacks.toml",
+    "src/fp4graph/model/locks.py": "patches/locks/holds.toml",
+}
+_TOML_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tomllib|tomli|toml)\b", re.MULTILINE)
+
+
+def _sources() -> list[pathlib.Path]:
+    """Our code and scripts: src/, tests/, benchmarks/, the noxfile, .ci/ and pipelines/."""
+    files = [REPO / "noxfile.py", *(p for p in (REPO / ".ci").iterdir() if p.is_file())]
+    for top in ("src", "tests", "benchmarks", "pipelines"):
+        files += [p for p in (REPO / top).rglob("*") if p.is_file() and p.suffix in ("", ".py", ".sh", ".yml", ".yaml")]
+    return files
+
+
+def test_one_module_reads_stacks_toml() -> None:
+    """Only model/stacks.py parses the catalog (``stacks.read``/``load``); everything else,
+    CI scripts too, asks it, so a new table or rule lands in one place."""
+    readers = {str(p.relative_to(REPO)) for p in _sources()
+               if _TOML_IMPORT.search(p.read_text(encoding="utf-8", errors="replace"))}
+    assert readers == set(TOML_READERS), (
+        f"TOML is parsed in {sorted(readers - set(TOML_READERS))}: read patches/stacks.toml with "
+        "fp4graph.model.stacks (read, load), or add the file and what it reads to TOML_READERS"
+    )
+    assert "read_holds" in (REPO / "src/fp4graph/model/locks.py").read_text(encoding="utf-8")
+
+
+def test_the_sglang_stacks_are_those_that_pin_sglang() -> None:
+    sglang = {"project": "sglang", "version": "0.5.9", "revision": 1,
+              "files": [{"filename": "sglang-0.5.9-py3-none-any.whl", "sha256": SHA}]}
+    catalog = stacks.parse({"artifact": [artifact(), sglang], "stack": [
+        {"name": "flashinfer-0.6.3", "artifacts": ["flashinfer-python==0.6.3"]},
+        {"name": "sglang-0.5.9", "artifacts": ["sglang==0.5.9", "flashinfer-python==0.6.3"]},
+    ]})
+    (only,) = catalog.sglang_stacks()
+    assert only.name == "sglang-0.5.9"
+    assert catalog.versions(only) == {"sglang": "0.5.9", "flashinfer-python": "0.6.3"}
+
+
+def test_the_default_stack_is_an_sglang_stack_of_the_repository() -> None:
+    catalog = stacks.load(REPO / "patches" / "stacks.toml")
+    assert stacks.DEFAULT_STACK in [s.name for s in catalog.sglang_stacks()]

@@ -13,7 +13,6 @@ import pathlib
 from collections.abc import Iterator
 
 import pytest
-import tomllib
 from packaging.version import Version
 
 from fp4graph import cli
@@ -76,7 +75,7 @@ def test_pin_writes_artifacts_and_stack_keeping_the_file(served: Settings, relea
     assert result.stack == "sglang-9.1.0" and result.torch == "2.11.0"
     # each block beside its project's releases, in version order; stacks before flashinfer's
     # (9.1.0 is newer than every release the repository pins: it goes after the newest)
-    old = stacks.parse(tomllib.loads(before))
+    old = stacks.parse(stacks.read_text(before))
     newest_stack = max((s.name for s in old.stacks if s.name.startswith("sglang-")),
                        key=lambda n: Version(n.removeprefix("sglang-")))
     names = [s.name for s in catalog.stacks]
@@ -150,4 +149,4 @@ def test_the_cli_prints_what_it_pinned(served: Settings, monkeypatch: pytest.Mon
     assert "pinned flashinfer-python==9.1.0: flashinfer_python-9.1.0-py3-none-any.whl, " \
            "flashinfer_python-9.1.0.tar.gz" in out
     assert "stack sglang-9.1.0 (torch 2.11.0)" in out
-    assert tomllib.loads(served.stacks_file.read_text())["stack"][-2]["name"] == "sglang-9.1.0"
+    assert stacks.read(served.stacks_file)["stack"][-2]["name"] == "sglang-9.1.0"

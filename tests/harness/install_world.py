@@ -10,8 +10,8 @@ import shutil
 
 from wheel.wheelfile import WheelFile
 
-from fp4graph.integration.families import FAMILIES
 from fp4graph.model import manifest
+from fp4graph.model.families import FAMILIES
 from fp4graph.wheels.index import write_index, write_metadata_files
 from harness.releases import Release, make_release
 

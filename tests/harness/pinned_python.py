@@ -10,7 +10,7 @@ transformers 4.57.1), followed until none is left; cached per set of pins.
 
 A family whose model type the pinned transformers lacks (GLM-5's ``glm_moe_dsa`` before
 5.2.0) runs as ``nox -s integration`` runs it: with the newer transformers the
-integration installs for it (:data:`fp4graph.integration.families.NEWER_TRANSFORMERS`,
+integration installs for it (:data:`fp4graph.model.families.NEWER_TRANSFORMERS`,
 the test venv's), so a run holding such a family does not follow that pin.
 """
 
@@ -31,7 +31,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from fp4graph.integration.families import Family
+from fp4graph.model.families import Family
 
 # The pins followed: pure-Python libraries whose API sglang's config code reads.
 FOLLOWED = frozenset({"transformers"})

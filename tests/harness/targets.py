@@ -26,7 +26,7 @@ def full_matrix() -> bool:
 
 
 # The seed user's stack (GLM-5-NVFP4 on RTX PRO 6000s), also the sessions' default stack.
-SEED_STACK = "sglang-0.5.9"
+SEED_STACK = stacks.DEFAULT_STACK
 
 
 def ci_versions(versions: list[str], project: str = FLASHINFER, repo: pathlib.Path = REPO) -> list[str]:

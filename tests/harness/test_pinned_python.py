@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import pathlib
 
-from fp4graph.integration.families import GLM5, LLAMA
+from fp4graph.model.families import GLM5, LLAMA
 from harness import pinned_python
 
 VENV_TRANSFORMERS = importlib.metadata.version("transformers")

@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from fp4graph.install import lock
+from fp4graph.install import deps, lock
 from fp4graph.install import stack as installing
 from fp4graph.model import locks
 
@@ -49,7 +49,7 @@ def test_compare_names_what_moves() -> None:
     fresh = [locks.LockedPin(name="kernels", version="0.17.2"), locks.LockedPin(name="six", version="1.0"),
              locks.LockedPin(name="sigstore", version="4.5.1"),
              locks.LockedPin(name="sglang", version="0.5.11+fp4graph.4")]
-    assert [c.text for c in lock.compare(locked, fresh)] == [
+    assert [c.text for c in deps.compare(locked, fresh)] == [
         "kernels: 0.12.3 -> 0.17.2", "kernels-data: dropped (locked 0.12.3)", "sigstore: added 4.5.1"]
 
 

@@ -22,8 +22,8 @@ from matrix_cells import requests, stack_versions
 from sglang_cpu import SGSIM_DIR
 
 from fp4graph.integration import checkpoint
-from fp4graph.integration.families import FAMILIES, Size
 from fp4graph.model import config
+from fp4graph.model.families import FAMILIES, Size
 from harness import pinned_python
 from harness.child import run_python, tail
 

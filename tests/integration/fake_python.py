@@ -93,7 +93,7 @@ def probe(code: str) -> int:
 
 def checkpoint(argv: list[str]) -> int:
     sys.path.insert(0, str(HERE.parents[1] / "src"))
-    from fp4graph.integration.families import FAMILIES
+    from fp4graph.model.families import FAMILIES
 
     out = pathlib.Path(argv[0])
     family = FAMILIES[argv[argv.index("--family") + 1]]

@@ -6,8 +6,8 @@ import pathlib
 from typing import Any
 
 from fp4graph.integration import flags, matrix
-from fp4graph.integration.families import Family
 from fp4graph.model import stacks
+from fp4graph.model.families import Family
 from harness.targets import ci_stacks
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -16,12 +16,8 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 def sglang_stacks() -> list[tuple[str, str, str]]:
     """(stack, sglang version, flashinfer version) of every sglang stack in stacks.toml."""
     catalog = stacks.load(REPO / "patches" / "stacks.toml")
-    out = []
-    for stack in catalog.stacks:
-        versions = {a.project: a.version for a in catalog.stack_artifacts(stack)}
-        if "sglang" in versions:
-            out.append((stack.name, versions["sglang"], versions["flashinfer-python"]))
-    return out
+    return [(stack.name, catalog.versions(stack)["sglang"], catalog.versions(stack)["flashinfer-python"])
+            for stack in catalog.sglang_stacks()]
 
 
 SGLANG_STACKS = sglang_stacks()

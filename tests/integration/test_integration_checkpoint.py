@@ -22,9 +22,10 @@ import torch
 from matrix_cells import CHECKED_STACK_IDS, load_combinations, stack_versions
 from safetensors.torch import load_file
 
-from fp4graph.integration import checkpoint, families
-from fp4graph.integration.families import FAMILIES, Role, Size
+from fp4graph.integration import checkpoint
 from fp4graph.integration.matrix import Fusion
+from fp4graph.model import families
+from fp4graph.model.families import FAMILIES, Role, Size
 
 
 def test_quantize_round_trip() -> None:

@@ -11,9 +11,9 @@ from matrix_cells import CHECKED_STACK_IDS, STACK_IDS, families, stack_versions
 from packaging.version import Version
 
 from fp4graph.integration import flags
-from fp4graph.integration.families import FAMILIES, GLM5, LLAMA, QWEN3_MOE
 from fp4graph.integration.matrix import Cell, Fusion, Selection, StartOrder
 from fp4graph.model import projects
+from fp4graph.model.families import FAMILIES, GLM5, LLAMA, QWEN3_MOE
 from fp4graph.model.series import load_series
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from fp4graph.integration import matrix
-from fp4graph.integration.families import FAMILIES, GLM5, LLAMA
 from fp4graph.integration.matrix import Fusion, Selection, StartOrder
 from fp4graph.model.errors import ConfigError
+from fp4graph.model.families import FAMILIES, GLM5, LLAMA
 
 
 def test_default_is_everything() -> None:

@@ -6,9 +6,9 @@ import json
 import pathlib
 
 from fp4graph.integration import benchmark, report
-from fp4graph.integration.families import GLM5, LLAMA
 from fp4graph.integration.matrix import Cell, Fusion, StartOrder
 from fp4graph.integration.server import Mismatch
+from fp4graph.model.families import GLM5, LLAMA
 
 
 def metrics(out: float, itl: float) -> benchmark.BenchMetrics:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import pathlib
 
 import pytest
@@ -51,33 +50,16 @@ def test_the_wheel_version_names_the_release_toolkit_revision_and_arch() -> None
     assert version.public == Version("0.6.3+fp4graph.4").public
 
 
-def _warmup_table() -> dict[str, list[str]]:
-    """LINEAR of tests/models/test_fp4_warmup_models.py: the kinds sglang's own code requests
-    (checked there on a simulated SM120, for the stacks it lists)."""
-    source = (REPO / "tests" / "models" / "test_fp4_warmup_models.py").read_text()
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "LINEAR" for t in node.targets):
-            table: dict[str, list[str]] = ast.literal_eval(node.value)
-            return table
-    raise AssertionError("tests/models/test_fp4_warmup_models.py has no LINEAR table")
-
-
-def test_default_kinds_are_what_the_warmup_requests() -> None:
-    for sglang, kinds in _warmup_table().items():
-        assert sorted(targets.DEFAULT_KINDS[sglang]) == sorted(kinds), sglang
-
-
 def test_every_sglang_stack_has_default_kinds_and_the_074_stack_is_refused() -> None:
     settings = config.Settings.from_env(REPO)
     catalog = load(settings.stacks_file)
-    for stack in catalog.stacks:
-        projects = {catalog.artifacts[k].project: catalog.artifacts[k].version for k in stack.artifacts}
-        if "sglang" in projects:
-            assert targets.default_kinds(projects["sglang"], stack.name), stack.name
-            assert kernels.requirements(settings, stack.name, ("probe",))[0].startswith("apache-tvm-ffi==")
-        else:
-            with pytest.raises(KernelsError, match="provider packages"):
-                kernels.requirements(settings, stack.name)
+    with_sglang = catalog.sglang_stacks()
+    for stack in with_sglang:
+        assert targets.default_kinds(catalog.versions(stack)["sglang"], stack.name), stack.name
+        assert kernels.requirements(settings, stack.name, ("probe",))[0].startswith("apache-tvm-ffi==")
+    for stack in [s for s in catalog.stacks if s not in with_sglang]:
+        with pytest.raises(KernelsError, match="provider packages"):
+            kernels.requirements(settings, stack.name)
 
 
 def test_a_stack_without_defaults_asks_for_modules() -> None:

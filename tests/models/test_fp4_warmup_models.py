@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from fp4graph.model import warmup as warmup_kinds
 from harness.child import run_python, tail
 from harness.models import families, simulation
 from harness.targets import SEED_STACK, full_matrix
@@ -60,18 +61,10 @@ def kinds(sglang: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-# The fp4 kinds each release needs on SM120, read from its fp4 GEMM and MoE backend
-# selection: 0.5.9's --fp4-gemm-backend defaults to flashinfer_cutlass (CUTLASS GEMM);
-# 0.5.10+ default to "auto", which initialize_fp4_gemm_config resolves to
-# flashinfer_cudnn on SM120 (cuDNN: no JIT module).  MoE: FlashInfer's CUTLASS fused
-# MoE only with flashinfer_cutlass.
-LINEAR = {"0.5.9": ["gemm_cutlass", "quantization"], "0.5.10.post1": ["quantization"], "0.5.11": ["quantization"]}
-
-
-def expected(sglang: str, backend: str) -> list[str] | None:
-    if sglang not in LINEAR:
-        return None  # a stack added later: the comparison with pristine still holds
-    return sorted(LINEAR[sglang] + (["moe_cutlass"] if backend == "flashinfer_cutlass" else []))
+def expected(sglang: str, backend: str) -> list[str]:
+    """The kinds fp4graph.model.warmup says the warm-up of ``sglang`` requests (the kernels
+    build's defaults); a release without a row fails here, naming the table."""
+    return sorted(warmup_kinds.requested(sglang, backend))
 
 
 FP4_PREFIXES = {
@@ -149,7 +142,7 @@ def test_warmup_builds_the_fp4_modules_the_pristine_start_builds(
         # ... which are the fp4 modules the pristine start (piecewise off) builds.
         assert warmup["kinds"] == fp4_kinds(off["jit_modules"]), (kind, warmup, off["jit_modules"])
         want = expected(target.sglang, backend)
-        assert want is None or warmup["kinds"] == want, (kind, warmup, want)
+        assert warmup["kinds"] == want, (kind, warmup, want)
 
 
 def _jit_build() -> Any:
@@ -167,9 +160,9 @@ def test_jit_build_benchmark_measures_these_kinds() -> None:
     """benchmarks/jit_build.py's table of model kinds is the one checked above."""
     jit_build = _jit_build()
     by_kind = {"dense": "auto", "moe-auto": "auto", "moe-flashinfer_cutlass": "flashinfer_cutlass"}
-    for target in simulation.sglang_stacks():
-        if target.sglang not in LINEAR:
-            continue
+    measured = [t for t in simulation.sglang_stacks() if t.flashinfer in jit_build.STACK_OF]
+    assert measured, "benchmarks/jit_build.py measures no stack of patches/stacks.toml"
+    for target in measured:
         assert jit_build.STACK_OF[target.flashinfer] == target.name
         table = jit_build.MODEL_KINDS[target.name]
         assert set(table) == set(by_kind), table

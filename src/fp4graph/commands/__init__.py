@@ -28,6 +28,7 @@ from . import (
     publish,
     rebase,
     refresh,
+    stacks,
     suites,
     tree,
     upstream,
@@ -49,7 +50,7 @@ class Command(Protocol):
 # In the order ``--help`` lists them.
 COMMANDS: tuple[Command, ...] = (
     wheels, kernels, lint, publish, pins, fetch, tree, upstream, drift, pin, rebase, refresh, suites, integration,
-    install, lock, deps,
+    install, lock, deps, stacks,
 )
 
 

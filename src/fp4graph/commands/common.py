@@ -1,12 +1,23 @@
-"""What several commands share: the settings they run with and the index options."""
+"""What several commands share: the settings they run with, the index options, uv and the default stacks."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import pathlib
+import sys
 
-from ..model import config
+from ..model import config, stacks
+
+
+def uv_command(value: str | None) -> tuple[str, ...]:
+    """``--uv``, or the uv of this interpreter."""
+    return (value,) if value else (sys.executable, "-m", "uv")
+
+
+def sglang_stacks(settings: config.Settings) -> list[str]:
+    """The stacks with sglang (the ones locked and checked for drift by default)."""
+    return [s.name for s in stacks.load(settings.stacks_file).sglang_stacks()]
 
 
 def settings(args: argparse.Namespace) -> config.Settings:

@@ -10,8 +10,7 @@ import tempfile
 from ..install import deps, lock
 from ..install import stack as install
 from ..model import config
-from . import install as install_command
-from .lock import sglang_stacks, uv_command
+from . import common
 
 NAME = "deps"
 HELP = "each stack's lock against what resolves today; --heavy also installs unlocked and runs the smoke"
@@ -37,10 +36,10 @@ def run(args: argparse.Namespace) -> int:
             def unlocked(name: str) -> install.InstallOptions:
                 return install.options_for(
                     settings, name, venv=pathlib.Path(tmp) / name, base_python=args.python,
-                    architectures=install_command.architectures, locked=False, installer=args.installer,
+                    locked=False, installer=args.installer,
                     log_file=out / "deps-drift" / f"{name}.log")
-        options = deps.DriftOptions(resolver=lock.LockOptions(uv=uv_command(args.uv)), unlocked_install=unlocked)
-        results = deps.drift(settings, args.stack or sglang_stacks(settings), options)
+        options = deps.DepsOptions(resolver=lock.LockOptions(uv=common.uv_command(args.uv)), unlocked_install=unlocked)
+        results = deps.drift(settings, args.stack or common.sglang_stacks(settings), options)
     md, js = deps.write_reports(out, results)
     print(deps.markdown(results))
     print(f"wrote {md}, {js}")

@@ -11,7 +11,6 @@ import sys
 import tempfile
 
 from ..install import stack as install
-from ..integration.families import FAMILIES
 from ..model import config, locks
 from ..model.files import write_atomic
 
@@ -50,11 +49,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and exit")
 
 
-def architectures(sglang_version: str) -> list[str]:
-    """The model classes of the families this sglang release has."""
-    return [f.architecture for f in FAMILIES.values() if f.in_sglang(sglang_version)]
-
-
 def readme_command(stack: str, index_url: str = README_INDEX) -> str:
     """The README's command: pip, our index, the published lock, the pins read back."""
     lock = index_url.rstrip("/").removesuffix("/simple") + f"/{locks.LOCKS_DIR}/{stack}.txt"
@@ -87,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix=f"fp4graph-install-{args.stack}-") as tmp:
         options = install.options_for(
             settings, args.stack, venv=args.venv or pathlib.Path(tmp) / "venv", base_python=args.python,
-            architectures=architectures, locked=not args.no_lock, lock_file=args.lock,
+            locked=not args.no_lock, lock_file=args.lock,
             index_url=args.index_url, extra_index_urls=args.extra_index_url, installer=args.installer,
             extra_checks=extra_checks(args.check), env=[pair(e, "--env") for e in args.env], log_file=log_file,
             upgrade_pip=not args.keep_pip,

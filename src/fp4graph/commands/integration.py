@@ -12,9 +12,9 @@ import argparse
 import json
 import pathlib
 
-from ..integration import dry_run, families, matrix, runner
+from ..integration import dry_run, matrix, runner
 from ..integration.options import BENCH_CHOICES, IntegrationOptions
-from ..model import log
+from ..model import families, log
 
 NAME = "integration"
 HELP = "sglang on SM120: the model-family matrix, piecewise on vs off, greedy check, bench report"

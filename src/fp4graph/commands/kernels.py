@@ -9,6 +9,7 @@ import sys
 
 from ..model import log
 from ..model.files import write_atomic
+from ..model.stacks import DEFAULT_STACK
 from ..wheels import kernels
 from ..wheels.kernels import cross, targets
 from . import common
@@ -25,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "patched flashinfer, and add one flashinfer-jit-cache wheel per arch to wheels/ (index, "
         "SHA256SUMS, manifest.json). Run `nox -s wheels` first."
     )
-    p.add_argument("stack", nargs="?", help="a stack of patches/stacks.toml (default FP4GRAPH_STACK or sglang-0.5.9)")
+    p.add_argument("stack", nargs="?", help=f"a stack of patches/stacks.toml (default FP4GRAPH_STACK or {DEFAULT_STACK})")
     p.add_argument("--arch", action="append", default=[], metavar="12.0a,12.1a",
                    help="SM12x targets as FLASHINFER_CUDA_ARCH_LIST spells them (default 12.0a; repeatable)")
     p.add_argument("--platform", metavar="|".join(cross.PLATFORMS),
@@ -69,7 +70,7 @@ def _report(outcome: kernels.KernelsOutcome) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = common.settings(args)
-    stack = args.stack or os.environ.get("FP4GRAPH_STACK") or "sglang-0.5.9"
+    stack = args.stack or os.environ.get("FP4GRAPH_STACK") or DEFAULT_STACK
     # An empty --modules (a workflow input left empty) is the default, as no --modules.
     modules = [m for m in args.modules if m.strip()]
     kinds = targets.parse_kinds(modules) if modules else None

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import sys
 
 from ..install import lock
-from ..model import config, stacks
+from ..model import config
+from . import common
 
 NAME = "lock"
 HELP = "resolve a stack's whole dependency closure into patches/locks/<stack>.txt (maintainer)"
@@ -22,20 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write DIR/locks/<stack>.txt instead of patches/locks/ (a dry run)")
 
 
-def uv_command(value: str | None) -> tuple[str, ...]:
-    return (value,) if value else (sys.executable, "-m", "uv")
-
-
-def sglang_stacks(settings: config.Settings) -> list[str]:
-    catalog = stacks.load(settings.stacks_file)
-    return [s.name for s in catalog.stacks
-            if any(a.project == "sglang" for a in catalog.stack_artifacts(s))]
-
-
 def run(args: argparse.Namespace) -> int:
     settings = config.Settings.from_env(config.find_checkout())
-    options = lock.LockOptions(uv=uv_command(args.uv), index_url=args.index_url, refresh=args.refresh,
+    options = lock.LockOptions(uv=common.uv_command(args.uv), index_url=args.index_url, refresh=args.refresh,
                                out=args.out)
-    for path in lock.lock_stacks(settings, args.stack or sglang_stacks(settings), options):
+    for path in lock.lock_stacks(settings, args.stack or common.sglang_stacks(settings), options):
         print(f"{path}: {sum(1 for line in path.read_text().splitlines() if line and line[0] != '#')} pins")
     return 0

@@ -8,6 +8,7 @@ import pathlib
 import subprocess
 import sys
 
+from ..model.stacks import DEFAULT_STACK
 from ..verify import suites
 from . import common
 
@@ -23,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "patched, and on a run that proves nothing (a file that crashes in both installs, one "
         "pristine passes none of, nothing compared): exit 1."
     )
-    p.add_argument("stack", nargs="?", help="a stack of patches/stacks.toml (default sglang-0.5.9)")
+    p.add_argument("stack", nargs="?", help=f"a stack of patches/stacks.toml (default {DEFAULT_STACK})")
     p.add_argument("--project", action="append", choices=sorted(suites.SELECTIONS),
                    help="only this project's selection (repeatable; default: every one in the stack)")
     p.add_argument("--repo", action="append", default=[], metavar="[PROJECT=]PATH",
@@ -51,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     options = suites.SuitesOptions(
-        stack=args.stack or os.environ.get("FP4GRAPH_STACK") or "sglang-0.5.9",
+        stack=args.stack or os.environ.get("FP4GRAPH_STACK") or DEFAULT_STACK,
         projects=tuple(args.project or ()), repos=tuple(args.repo), patched=args.patched,
         bundles=tuple(args.bundle), pack=args.pack, requirements=args.requirements, torch=args.torch,
         out=args.out, work=args.work, deadline_s=args.deadline,

@@ -30,7 +30,6 @@ import urllib.request
 import zipfile
 from collections.abc import Sequence
 
-import tomllib
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
@@ -41,7 +40,7 @@ from ..model.config import Settings
 from ..model.errors import ConfigError, FetchError, Fp4graphError
 from ..model.files import write_atomic
 from ..model.log import log
-from ..model.stacks import Artifact, ArtifactFile, Catalog, SourcePin, parse
+from ..model.stacks import Artifact, ArtifactFile, Catalog, SourcePin, parse, read_text
 from ..wheels.fetch import IndexFile, fetch, index_files
 
 # The CPythons a stack serves when a release ships per-interpreter wheels (x86_64 Linux).
@@ -172,7 +171,7 @@ def _blocks(lines: list[str]) -> list[_Block]:
     for n, (head, start) in enumerate(zip(heads, starts, strict=True)):
         end = starts[n + 1] if n + 1 < len(starts) else len(lines)
         kind = lines[head].strip()[2:-2]
-        data = tomllib.loads("".join(lines[start:end]))[kind][0]
+        data = read_text("".join(lines[start:end]))[kind][0]
         if kind == "artifact":
             project, version = str(data["project"]), str(data["version"])
         else:
@@ -291,7 +290,7 @@ def pin(settings: Settings, project: str, version: str, *, stack: bool = True) -
     project = projects.get(project).name
     path = settings.stacks_file
     text = path.read_text(encoding="utf-8")
-    old = parse(tomllib.loads(text), str(path))
+    old = parse(read_text(text, str(path)), str(path))
     artifact, wheels = _artifact_for(settings, project, version)
     log(f"pin: {artifact.key}: {', '.join(f.filename for f in artifact.files)}")
     pins = exact_pins(_metadata(settings, project, wheels[0]), wheels[0].filename)
@@ -323,8 +322,8 @@ def pin(settings: Settings, project: str, version: str, *, stack: bool = True) -
             name = None
     new_text = insert_blocks(text, written, name, keys, torch)
     try:
-        new = parse(tomllib.loads(new_text), str(path))
-    except (tomllib.TOMLDecodeError, ConfigError) as exc:
+        new = parse(read_text(new_text, str(path)), str(path))
+    except ConfigError as exc:
         raise ConfigError(f"{path}: pin would write a file that does not load ({exc}); "
                           "nothing written") from None
     _check_kept(old, new, path)

@@ -2,7 +2,7 @@
 (heavy) whether the stack still installs and imports with them.
 
 Light: each stack resolved afresh without its lock or holds (:func:`.lock.fresh_resolution`),
-compared with its lock (:func:`.lock.compare`).  Heavy: the stack also installed without
+compared with its lock (:func:`compare`).  Heavy: the stack also installed without
 its lock (:func:`.stack.install_stack` with ``lock=None``) and put through the same
 ``pip check`` and import smoke: a lock is moved on purpose, once the newest passes.
 """
@@ -17,13 +17,44 @@ from collections.abc import Callable, Sequence
 
 from ..model.config import Settings
 from ..model.files import write_atomic
-from ..model.locks import lock_path, read, read_holds
+from ..model.locks import Lock, LockedPin, lock_path, read, read_holds
 from . import lock
 from .stack import InstallOptions, InstallReport, install_stack, summary
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Change:
+    """A package whose versions differ between the lock and a fresh resolution."""
+
+    name: str
+    locked: tuple[str, ...]  # () when the fresh resolution adds it
+    newest: tuple[str, ...]  # () when it drops it
+
+    @property
+    def text(self) -> str:
+        if not self.locked:
+            return f"{self.name}: added {', '.join(self.newest)}"
+        if not self.newest:
+            return f"{self.name}: dropped (locked {', '.join(self.locked)})"
+        return f"{self.name}: {', '.join(self.locked)} -> {', '.join(self.newest)}"
+
+
+def compare(lock: Lock, fresh: Sequence[LockedPin]) -> list[Change]:
+    """What a fresh resolution changes against ``lock`` (our own pins aside)."""
+    def versions(pins: Sequence[LockedPin]) -> dict[str, tuple[str, ...]]:
+        out: dict[str, set[str]] = {}
+        for p in pins:
+            if "+" not in p.version:
+                out.setdefault(p.key, set()).add(p.version)
+        return {k: tuple(sorted(v)) for k, v in out.items()}
+
+    old, new = versions(lock.pins), versions(fresh)
+    return [Change(name=k, locked=old.get(k, ()), newest=new.get(k, ()))
+            for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class DriftOptions:
+class DepsOptions:
     resolver: lock.LockOptions
     # Heavy mode: the install options of a stack, unlocked (None: light mode).
     unlocked_install: Callable[[str], InstallOptions] | None = None
@@ -33,7 +64,7 @@ class DriftOptions:
 class StackDrift:
     stack: str
     lock_file: str
-    changes: list[lock.Change]
+    changes: list[Change]
     held: list[str]
     unlocked: InstallReport | None = None  # heavy mode: the install without the lock
 
@@ -43,14 +74,14 @@ class StackDrift:
                 "unlocked_install": self.unlocked.to_json() if self.unlocked else None}
 
 
-def drift(settings: Settings, stacks: Sequence[str], options: DriftOptions) -> list[StackDrift]:
+def drift(settings: Settings, stacks: Sequence[str], options: DepsOptions) -> list[StackDrift]:
     holds = read_holds(settings.patches_dir)
     out = []
     for name in stacks:
         path = lock_path(settings.patches_dir, name)
         fresh = lock.fresh_resolution(settings, name, options.resolver)
         result = StackDrift(stack=name, lock_file=str(path.relative_to(settings.repo)),
-                            changes=lock.compare(read(path, name), fresh),
+                            changes=compare(read(path, name), fresh),
                             held=[f"{h.requirement}: {h.why}" for h in holds if name in h.stacks])
         if options.unlocked_install is not None:
             install = options.unlocked_install(name)

@@ -1,11 +1,11 @@
-"""Make a stack's lock, and see how PyPI has moved since (the dependency drift).
+"""Make a stack's lock: resolve its closure with uv (the lock file itself:
+:mod:`fp4graph.model.locks`; the command: :mod:`fp4graph.commands.lock`).
 
-A lock (:mod:`fp4graph.model.locks`) is the universal resolution of the stack's own pins
-against our index plus PyPI, by ``uv pip compile --universal`` (one file for every CPython
-the stack's wheels serve, any platform: markers where the answer differs), less those
-pins.  :func:`resolve` asks uv; :func:`make_lock` adds the header; :func:`compare` is the
-drift report's light half: what the newest versions of the dependencies would change.
-The heavy half installs without the lock and runs the same smoke (:mod:`.stack`).
+A lock is the universal resolution of the stack's own pins against our index plus PyPI,
+by ``uv pip compile --universal`` (one file for every CPython the stack's wheels serve,
+any platform: markers where the answer differs), less those pins.  :func:`resolve` asks
+uv; :func:`make_lock` adds the header; :func:`fresh_resolution` is the same resolution
+without the lock, which the dependency drift report (:mod:`.deps`) compares with it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import json
 import pathlib
 import subprocess
 import tempfile
@@ -21,6 +20,7 @@ from collections.abc import Sequence
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from ..model import manifest
 from ..model.config import Settings
 from ..model.errors import Fp4graphError
 from ..model.locks import Hold, Lock, LockedPin, lock_path, make, parse_pin, read, read_holds, write
@@ -122,37 +122,6 @@ def make_lock(stack: str, own_pins: Sequence[str], resolved: Sequence[LockedPin]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Change:
-    """A package whose versions differ between the lock and a fresh resolution."""
-
-    name: str
-    locked: tuple[str, ...]  # () when the fresh resolution adds it
-    newest: tuple[str, ...]  # () when it drops it
-
-    @property
-    def text(self) -> str:
-        if not self.locked:
-            return f"{self.name}: added {', '.join(self.newest)}"
-        if not self.newest:
-            return f"{self.name}: dropped (locked {', '.join(self.locked)})"
-        return f"{self.name}: {', '.join(self.locked)} -> {', '.join(self.newest)}"
-
-
-def compare(lock: Lock, fresh: Sequence[LockedPin]) -> list[Change]:
-    """What a fresh resolution changes against ``lock`` (our own pins aside)."""
-    def versions(pins: Sequence[LockedPin]) -> dict[str, tuple[str, ...]]:
-        out: dict[str, set[str]] = {}
-        for p in pins:
-            if "+" not in p.version:
-                out.setdefault(p.key, set()).add(p.version)
-        return {k: tuple(sorted(v)) for k, v in out.items()}
-
-    old, new = versions(lock.pins), versions(fresh)
-    return [Change(name=k, locked=old.get(k, ()), newest=new.get(k, ()))
-            for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class LockOptions:
     uv: tuple[str, ...]
     index_url: str | None = None  # an index serving our wheels; None: serve wheels/ here
@@ -168,9 +137,9 @@ def _uv_version(uv: Sequence[str]) -> str:
 
 
 def _built_wheels(wheels_dir: pathlib.Path, stack: str) -> list[str]:
-    manifest = json.loads((wheels_dir / "manifest.json").read_text())
-    keys = next(s["artifacts"] for s in manifest["stacks"] if s["name"] == stack)
-    return [w["filename"] for k in keys for w in manifest["artifacts"][k]["wheels"]]
+    """The filenames of ``stack``'s wheels as built (``wheels_dir/manifest.json``)."""
+    built = manifest.read_built(wheels_dir)
+    return [w.filename for key in built.stack(stack).artifacts for w in built.artifacts[key].wheels]
 
 
 def lock_stacks(settings: Settings, stacks: Sequence[str], options: LockOptions) -> list[pathlib.Path]:

@@ -32,8 +32,9 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
+from ..model import families
 from ..model.config import Settings
 from ..model.errors import Fp4graphError
 from ..model.locks import Lock, lock_path, read
@@ -435,7 +436,6 @@ def options_for(
     *,
     venv: pathlib.Path,
     base_python: str,
-    architectures: Callable[[str], Sequence[str]],
     locked: bool = True,
     lock_file: pathlib.Path | None = None,
     index_url: str | None = None,
@@ -450,8 +450,8 @@ def options_for(
 ) -> InstallOptions:
     """The options of installing ``stack`` as built in ``wheels/`` (or ``wheels_dir``; its
     ``pins`` unless given), with its lock (``patches/locks/<stack>.txt`` unless
-    ``lock_file``) unless not ``locked``; ``architectures(sglang_version)``: the model
-    classes the smoke imports."""
+    ``lock_file``) unless not ``locked``; the smoke imports the model classes of the
+    families its sglang release has."""
     wheels = wheels_dir or settings.wheels_dir
     pins = tuple(pins if pins is not None else built_pins(wheels, stack))
     path = (lock_file or lock_path(settings.patches_dir, stack)) if locked else None
@@ -461,6 +461,6 @@ def options_for(
         index_url=index_url,
         extra_index_urls=tuple(extra_index_urls if extra_index_urls is not None else
                                (() if index_url else (PYPI,))),
-        installer=installer, checks=tuple(smoke_checks(architectures(sglang_version(pins)))),
+        installer=installer, checks=tuple(smoke_checks(families.architectures(sglang_version(pins)))),
         extra_checks=tuple(extra_checks), env=tuple(env), log_file=log_file, upgrade_pip=upgrade_pip,
     )

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..install import stack as installing
+from ..model.families import NEWER_TRANSFORMERS
 from . import flags, plan, server, sglang_suite
-from .families import NEWER_TRANSFORMERS
 from .matrix import Cell
 from .options import SRC, IntegrationOptions, Resolved, checkpoint_command, resolve
 

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from packaging.version import Version
 
-from .families import Family
+from ..model.families import Family
 from .matrix import Cell, Fusion, StartOrder
 
 # Logged by ModelRunner.init_piecewise_cuda_graphs once capture finished (0.5.9 ... 0.5.11).

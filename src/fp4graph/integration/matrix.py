@@ -23,7 +23,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 
 from ..model.errors import ConfigError
-from .families import FAMILIES, Family
+from ..model.families import FAMILIES, Family
 
 
 class StartOrder(enum.Enum):

@@ -11,8 +11,8 @@ import sys
 
 from ..model.config import default_cache_dir, find_checkout
 from ..model.errors import ConfigError
+from ..model.families import FAMILIES, MOE_ROWS_ALIGNMENT, Family, by_architecture
 from . import benchmark, flags, plan
-from .families import FAMILIES, MOE_ROWS_ALIGNMENT, Family, by_architecture
 from .matrix import Cell, Fusion, Selection, StartOrder
 
 SRC = pathlib.Path(__file__).resolve().parents[2]  # .../src, put on the venv's PYTHONPATH

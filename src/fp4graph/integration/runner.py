@@ -29,11 +29,12 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from ..install import stack as installing
+from ..model import families as family_table
 from ..model.config import Settings
 from ..model.errors import ConfigError, Fp4graphError
+from ..model.families import NEWER_TRANSFORMERS, Family, Size
 from ..model.log import progress
 from . import benchmark, device, flags, plan, server, sglang_suite
-from .families import FAMILIES, NEWER_TRANSFORMERS, Family, Size
 from .matrix import Cell
 from .options import SRC, IntegrationOptions, Layout, Resolved, checkpoint_command, resolve
 from .report import CellResult, Run
@@ -95,16 +96,11 @@ def _output(command: Sequence[str], log: pathlib.Path) -> str:
     return result.stdout.strip()
 
 
-def architectures(sglang_version: str) -> list[str]:
-    """The model classes of the families ``sglang_version`` has (the import smoke's)."""
-    return [f.architecture for f in FAMILIES.values() if f.in_sglang(sglang_version)]
-
-
 def install_as_users_do(options: IntegrationOptions, layout: Layout, install: plan.InstallPlan) -> None:
     """``nox -s install``'s steps into the run's venv; raise naming each failed step."""
     chosen = installing.options_for(
         Settings.from_env(layout.repo), options.stack, venv=install.venv, base_python=install.base_python,
-        architectures=architectures, pins=[p.requirement for p in install.pins.pins],
+        pins=[p.requirement for p in install.pins.pins],
         wheels_dir=install.find_links, index_url=install.index_url, extra_index_urls=(installing.PYPI,),
         installer=options.installer, log_file=layout.logs / "install.log",
         extra_checks=[installing.ExtraCheck(name=name, argv=tuple(shlex.split(cmd))) for name, cmd in options.checks],
@@ -132,7 +128,7 @@ STAMP = "fp4graph-checkpoint.json"
 def _generator_digest() -> str:
     here = pathlib.Path(__file__).parent
     digest = hashlib.sha256()
-    for path in [*sorted((here / "checkpoint").glob("*.py")), here / "families.py"]:
+    for path in [*sorted((here / "checkpoint").glob("*.py")), pathlib.Path(family_table.__file__)]:
         digest.update(path.read_bytes())
     return digest.hexdigest()
 

@@ -21,11 +21,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import tomllib
 from packaging.utils import canonicalize_name
 
 from .errors import ConfigError
 from .series import Patch, Series, split_topics
+from .stacks import read
 
 TABLE = "pull-requests"
 DEPENDS_FIELD = "Depends-On"
@@ -93,14 +93,7 @@ def parse(data: Mapping[str, Any], where: str = "patches/stacks.toml") -> list[P
 
 
 def load(stacks_file: pathlib.Path) -> list[PullRequestSeries]:
-    try:
-        with stacks_file.open("rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{stacks_file}: no such file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{stacks_file}: {exc}") from None
-    return parse(data, str(stacks_file))
+    return parse(read(stacks_file), str(stacks_file))
 
 
 def find(stacks_file: pathlib.Path, project: str, series: str | None = None) -> PullRequestSeries | None:

@@ -1,4 +1,8 @@
-"""The pinned upstream artifacts and the stacks built from them (patches/stacks.toml)."""
+"""The pinned upstream artifacts and the stacks built from them (patches/stacks.toml).
+
+The one reader of stacks.toml (:func:`read`, :func:`read_text`): the pull-request series
+(:mod:`.pullrequests`), ``pin`` and every test take its tables from here.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,9 @@ from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from .errors import ConfigError
+
+# The stack commands use when none is named: sglang 0.5.9, the seed's release.
+DEFAULT_STACK = "sglang-0.5.9"
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -141,6 +148,14 @@ class Catalog:
     def stack_artifacts(self, stack: Stack) -> list[Artifact]:
         return [self.artifacts[key] for key in stack.artifacts]
 
+    def versions(self, stack: Stack) -> dict[str, str]:
+        """The stack's projects -> their upstream versions."""
+        return {a.project: a.version for a in self.stack_artifacts(stack)}
+
+    def sglang_stacks(self) -> tuple[Stack, ...]:
+        """The stacks that pin an sglang release (the ones installed, locked and simulated)."""
+        return tuple(s for s in self.stacks if "sglang" in self.versions(s))
+
 
 def _pinned_file(raw: Any, where: str) -> tuple[ArtifactFile, str, Version]:
     """A ``{ filename, sha256 }`` entry, and the project and version its name carries."""
@@ -262,12 +277,22 @@ def parse(data: Mapping[str, Any], source: str = "patches/stacks.toml") -> Catal
     return Catalog(artifacts=artifacts, stacks=tuple(stacks))
 
 
-def load(path: pathlib.Path) -> Catalog:
+def read_text(text: str, source: str = "patches/stacks.toml") -> dict[str, Any]:
+    """The tables of a stacks.toml text (or of a block of one); ``source`` names it in errors."""
     try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def read(path: pathlib.Path) -> dict[str, Any]:
+    """The tables of the stacks.toml at ``path``."""
+    try:
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    return parse(data, str(path))
+    return read_text(text, str(path))
+
+
+def load(path: pathlib.Path) -> Catalog:
+    return parse(read(path), str(path))

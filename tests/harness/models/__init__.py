@@ -6,7 +6,7 @@ Parent side (the pytest process, or a venv's interpreter for ``simulate_installe
   ``run_installed``); the cases (``case``) and the stacks (``sglang_stacks``, ``tp_stacks``).
 - ``expected``: what a report must show (the ops of the pieces, the replay, ``assert_nsa``),
   shared by the tests of tests/models.
-- ``families``: the model rows, test size (``fp4graph.integration.families``) plus variants.
+- ``families``: the model rows, test size (``fp4graph.model.families``) plus variants.
 - ``full_size``: the published ``config.json`` of each family, cut to one layer of each kind.
 - ``sgl_kernel_ops``: sgl-kernel's op schemas (``data/*.json``) and its Python from PyPI,
   in place of the compiled wheel; ``generate`` writes a record.
@@ -24,6 +24,6 @@ Child side (imported only in the interpreter ``simulation`` starts, with ``tests
 
 This package imports nothing at import: its children put the upstream trees first.
 Its own tests: test_stand_ins (records, fake CUDA indexing, the collectives through gloo),
-test_tables (families and full_size against fp4graph.integration.families),
+test_tables (families and full_size against fp4graph.model.families),
 test_sgl_kernel_ops, test_simulate_installed, test_package (how children import it).
 """

@@ -1,6 +1,6 @@
 """The model families of the whole-model simulation: one data row each.
 
-The families are those of ``nox -s integration`` (:mod:`fp4graph.integration.families`):
+The families are those of ``nox -s integration`` (:mod:`fp4graph.model.families`):
 the same tiny ``config.json`` (its ``test`` size) with the same ModelOpt NVFP4
 ``quantization_config`` the integration checkpoint writer puts in it
 (:func:`fp4graph.integration.checkpoint.model_config`), so the simulation and the SM120
@@ -20,7 +20,7 @@ import copy
 from typing import Any
 
 from fp4graph.integration import checkpoint
-from fp4graph.integration.families import (
+from fp4graph.model.families import (
     FAMILIES,
     MOE_ROWS_ALIGNMENT,
     Family,

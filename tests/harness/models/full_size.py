@@ -8,7 +8,7 @@ A full-size case keeps every dimension and cuts only the layer count, to the few
 that still hold every layer kind of the model (a dense and a MoE layer where the model has
 both: ``first_k_dense_replace`` 1), and runs one rank of tensor parallel 8 (the seed's
 ``--tp 8``): every per-rank shape is what rank 0 of an 8-GPU server holds.  The quantization
-is the family's ModelOpt NVFP4 recipe (:mod:`fp4graph.integration.families`: which modules
+is the family's ModelOpt NVFP4 recipe (:mod:`fp4graph.model.families`: which modules
 stay bf16), as the published NVFP4 checkpoints carry it.
 """
 
@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any
 
 from fp4graph.integration import checkpoint
-from fp4graph.integration.families import FAMILIES
+from fp4graph.model.families import FAMILIES
 
 
 @dataclasses.dataclass(frozen=True)

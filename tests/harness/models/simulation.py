@@ -22,8 +22,8 @@ from typing import Any
 
 from packaging.version import Version
 
-from fp4graph.integration.families import by_architecture
 from fp4graph.model import config
+from fp4graph.model.families import by_architecture
 from fp4graph.model.stacks import load
 from harness import pinned_python
 from harness.child import HARNESS, TESTS, run_python, tail
@@ -50,12 +50,8 @@ class SglangStack:
 def sglang_stacks() -> list[SglangStack]:
     """Every stack of patches/stacks.toml that pins sglang (and its flashinfer)."""
     catalog = load(REPO / "patches" / "stacks.toml")
-    out = []
-    for stack in catalog.stacks:
-        versions = {a.project: a.version for a in catalog.stack_artifacts(stack)}
-        if "sglang" in versions and "flashinfer-python" in versions:
-            out.append(SglangStack(stack.name, versions["sglang"], versions["flashinfer-python"]))
-    return out
+    versions = [(stack.name, catalog.versions(stack)) for stack in catalog.sglang_stacks()]
+    return [SglangStack(name, v["sglang"], v["flashinfer-python"]) for name, v in versions]
 
 
 def stack(name: str) -> SglangStack:

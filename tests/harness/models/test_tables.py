@@ -1,4 +1,4 @@
-"""The model tables of the whole-model harness agree with fp4graph.integration.families:
+"""The model tables of the whole-model harness agree with fp4graph.model.families:
 ``families`` (the test-size rows and their variants) and ``full_size`` (the published
 configs)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fp4graph.integration.families import FAMILIES, MOE_ROWS_ALIGNMENT, by_architecture
+from fp4graph.model.families import FAMILIES, MOE_ROWS_ALIGNMENT, by_architecture
 from harness.models import families, full_size
 
 

@@ -15,7 +15,7 @@ leaves unquantized (``lm_head``, routers, attention of DeepSeek-style models) ke
 ModelOpt's nested form; ``config.json`` carries the same in its flat ``quantization_config``
 form (``convert_hf_quant_config_format``).  The tokenizer is byte-level (no merges), built
 with the ``tokenizers`` library, so nothing is downloaded.  The families and their tensors:
-:mod:`.families`.
+:mod:`fp4graph.model.families`.
 
 Run as ``python -m fp4graph.integration.checkpoint OUT_DIR --family NAME`` (:mod:`.__main__`)
 in a venv with torch, safetensors and tokenizers (the sglang venv has all three).
@@ -28,7 +28,7 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..families import ACTIVATION_AMAX, Family, Role, Size
+from ...model.families import ACTIVATION_AMAX, Family, Role, Size
 
 GROUP_SIZE = 16
 E2M1_MAX = 6.0

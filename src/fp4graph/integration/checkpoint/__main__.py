@@ -9,7 +9,7 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
-from ..families import FAMILIES, Size
+from ...model.families import FAMILIES, Size
 from . import write_checkpoint
 
 

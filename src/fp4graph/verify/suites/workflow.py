@@ -22,6 +22,7 @@ from typing import Any
 from ...model import config
 from ...model.errors import SuiteError
 from ...model.files import write_atomic
+from ...model.stacks import DEFAULT_STACK
 from . import report
 from .bundle import Bundle, pack
 from .gate import check_requirements, gate_bundle, open_bundles, plan, prepare_stack
@@ -44,7 +45,7 @@ class Verdict(enum.Enum):
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class SuitesOptions:
-    stack: str = "sglang-0.5.9"  # unused with ``bundles``
+    stack: str = DEFAULT_STACK  # unused with ``bundles``
     projects: tuple[str, ...] = ()  # default: every project of the stack with a selection
     repos: tuple[str, ...] = ()  # ``[PROJECT=]PATH``: local clones instead of GitHub
     patched: pathlib.Path | None = None  # the patched wheel (one project) instead of a build

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from packaging.version import Version
 
 from ...model.errors import Fp4graphError
+from ...model.warmup import DEFAULT_KINDS
 
 # The distribution FlashInfer's loader looks for (``import flashinfer_jit_cache``).
 PROJECT = "flashinfer-jit-cache"
@@ -27,23 +28,6 @@ FP4_KINDS = ("quantization", "gemm_cutlass", "gemm_trtllm", "moe_cutlass", "moe_
 # CI builds and loads (worker.PROBE_SOURCE).
 PROBE = "probe"
 KINDS = (*FP4_KINDS, PROBE)
-
-# The kinds sglang's patched warm-up requests on SM12x with the default server, for every
-# model family (``fp4_utils.flashinfer_fp4_modules``: NVFP4 linear layers quantize with
-# FlashInfer's fp4_quantize; the fp4 GEMM runner backend "flashinfer_cutlass" (0.5.9's
-# default) and "auto" before 0.5.10 run the CUTLASS fp4 GEMM, while 0.5.10+ resolve "auto"
-# to cuDNN on SM120, no JIT module; MoE layers on the default runner "auto" run sgl_kernel).
-# tests/models/test_fp4_warmup_models.py checks 0.5.9, 0.5.10.post1 and 0.5.11 against
-# sglang's own code; 0.5.8.x and 0.5.10 are read from their server_args.py.
-# ``--moe-runner-backend flashinfer_cutlass`` also needs "moe_cutlass" (minutes to build).
-DEFAULT_KINDS: dict[str, tuple[str, ...]] = {
-    "0.5.8": ("quantization", "gemm_cutlass"),
-    "0.5.8.post1": ("quantization", "gemm_cutlass"),
-    "0.5.9": ("quantization", "gemm_cutlass"),
-    "0.5.10": ("quantization",),
-    "0.5.10.post1": ("quantization",),
-    "0.5.11": ("quantization",),
-}
 
 _ARCH = re.compile(r"(?P<major>\d+)\.(?P<minor>\d)(?P<suffix>a)")
 SUPPORTED_ARCHS = ("12.0a", "12.1a")

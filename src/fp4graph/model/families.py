@@ -1,4 +1,5 @@
-"""The model families of the integration matrix: HF configs and the tensors ModelOpt exports.
+"""The model families: HF configs and the tensors ModelOpt exports (the integration matrix,
+the whole-model simulation, the import smoke of an install).
 
 One :class:`Family` per architecture the whole-model simulation covers (issue 11) plus the
 DSA (NSA) models of issue 14.  Each family gives the ``config.json`` of a tiny model (two
@@ -466,6 +467,11 @@ DEEPSEEK_V32 = Family(
 FAMILIES: dict[str, Family] = {
     f.name: f for f in (LLAMA, QWEN3, QWEN3_MOE, DEEPSEEK_V3, GLM4_MOE, GLM5, DEEPSEEK_V32)
 }
+
+
+def architectures(sglang_version: str) -> list[str]:
+    """The model classes of the families ``sglang_version`` has (an install's import smoke)."""
+    return [f.architecture for f in FAMILIES.values() if f.in_sglang(sglang_version)]
 
 
 def by_architecture(architecture: str) -> Family | None:
