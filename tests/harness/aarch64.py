@@ -27,23 +27,31 @@ def pip_install(dest: pathlib.Path, requirements: Sequence[str], *, deps: bool =
     assert result.returncode == 0, f"{subprocess.list2cmdline(command)}:\n{result.stdout[-2000:]}{result.stderr[-3000:]}"
 
 
-def site(cache_dir: pathlib.Path, requirements: Sequence[str], *, deps: bool = True) -> pathlib.Path:
-    """A directory of ``requirements`` for linux aarch64, installed once into the cache."""
-    key = hashlib.sha256("\n".join([*sorted(requirements), str(deps)]).encode()).hexdigest()[:12]
+def site(cache_dir: pathlib.Path, requirements: Sequence[str], *, without_deps: Sequence[str] = ()) -> pathlib.Path:
+    """A directory of ``requirements`` (with their dependencies) and ``without_deps`` (alone)
+    for linux aarch64, installed once into the cache."""
+    listed = [*sorted(requirements), "--no-deps", *sorted(without_deps)]
+    key = hashlib.sha256("\n".join(listed).encode()).hexdigest()[:12]
     dest = cache_dir / "aarch64" / f"site-{key}"
     if (dest / "requirements.txt").exists():
         return dest
     with atomic_directory(dest, replace=True) as staging:
-        pip_install(staging, requirements, deps=deps)
-        (staging / "requirements.txt").write_text("\n".join(requirements) + "\n")
+        if requirements:
+            pip_install(staging, requirements)
+        if without_deps:
+            pip_install(staging, without_deps, deps=False)
+        (staging / "requirements.txt").write_text("\n".join(listed) + "\n")
     return dest
 
 
 # flashinfer 0.6.x's own imports (tests/flashinfer/requirements.txt), the tvm-ffi the modules
 # are built against, and torch: PyPI's aarch64 2.9.1, a CPU build (2.11.0's is a CUDA build
-# that imports only beside NVIDIA's CUDA wheels).
+# that imports only beside NVIDIA's CUDA wheels). torch goes without its dependencies, which
+# are listed instead: pip evaluates markers for the running x86_64 interpreter whatever
+# --platform says, and would add the CUDA wheels torch requires on x86_64 (4.6 GB).
 _FLASHINFER_IMPORTS = pathlib.Path(__file__).parents[1] / "flashinfer" / "requirements.txt"
 TORCH = "torch==2.9.1"
+TORCH_IMPORTS = ("filelock", "typing-extensions", "sympy", "networkx", "jinja2", "fsspec")
 TVM_FFI = "apache-tvm-ffi==0.1.15.post2"  # fp4graph.wheels.kernels.BUILD_REQUIREMENTS'
 # The CUDA runtime the modules link (fp4graph.wheels.kernels.cross.CUDART), which torch's
 # aarch64 CUDA builds bring: the stand-in for them on LD_LIBRARY_PATH.
@@ -54,9 +62,10 @@ def flashinfer_site(cache_dir: pathlib.Path) -> pathlib.Path:
     """What the emulated interpreter needs to import the patched flashinfer (its tree and a
     kernels wheel go before it on the path)."""
     lines = _FLASHINFER_IMPORTS.read_text().splitlines()
-    return site(cache_dir, [*(ln for ln in lines if ln.strip() and not ln.startswith("#")), TVM_FFI, TORCH])
+    imports = [ln for ln in lines if ln.strip() and not ln.startswith("#")]
+    return site(cache_dir, [*imports, TVM_FFI, *TORCH_IMPORTS], without_deps=[TORCH])
 
 
 def cudart_dir(cache_dir: pathlib.Path) -> pathlib.Path:
     """The directory of the aarch64 ``libcudart.so.13``."""
-    return site(cache_dir, [CUDART], deps=False) / "nvidia" / "cu13" / "lib"
+    return site(cache_dir, [], without_deps=[CUDART]) / "nvidia" / "cu13" / "lib"
