@@ -23,14 +23,13 @@ version imports torch once and forks a case per (tree, torch CUDA, nvcc).
 
 from __future__ import annotations
 
-import json
 import pathlib
 from typing import Any
 
 import pytest
 
 from conftest import series_versions
-from harness.child import run_python, tail
+from harness.child import CaseReport, run_forked
 from harness.targets import ci_versions
 
 PROJECT = "flashinfer-python"
@@ -47,7 +46,7 @@ echo "Cuda compilation tools, release {version}, V{version}.41"
 """
 
 CHILD = r"""
-import json, os, re, sys, traceback
+import os, re, sys
 import torch
 from fp4graph.verify import simulate
 simulate.install(simulate.GPUS["sm120"])
@@ -132,25 +131,6 @@ def case(request):
                          if re.match(r"(common_cflags|cflags|cuda_cflags|ldflags) = ", ln)]
     return {"version": flashinfer.__version__, "lines": lines}
 
-results = {}
-for name, request in json.loads(REQUEST).items():
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        try:
-            out = case(request)
-        except BaseException:
-            out = {"crash": traceback.format_exc()[-3000:]}
-        with os.fdopen(write, "w") as f:
-            json.dump(out, f)
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        text = f.read()
-    os.waitpid(pid, 0)
-    results[name] = json.loads(text) if text else {"crash": "the fork ended without a result"}
-print("RESULT:" + json.dumps(results))
 """
 
 
@@ -166,9 +146,9 @@ def _toolkit(root: pathlib.Path, version: str) -> pathlib.Path:
 
 @pytest.fixture(scope="module")
 def results(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    done: dict[str, dict[str, Any]] = {}
+    done: dict[str, dict[str, CaseReport]] = {}
 
-    def get(version: str) -> dict[str, Any]:
+    def get(version: str) -> dict[str, CaseReport]:
         if version not in done:
             root = tmp_path_factory.mktemp(f"cuda-version-{version}")
             homes = {nvcc: _toolkit(root, nvcc) for _, nvcc in MISMATCHED}
@@ -180,11 +160,7 @@ def results(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
                     requests[name] = {"tree": str(tree), "torch": torch_cuda, "archs": ARCHS,
                                       "cuda_home": str(homes[nvcc]),
                                       "workspace": str(root / name.replace(" ", "_"))}
-            code = f"REQUEST = {json.dumps(requests)!r}\n" + CHILD
-            result = run_python(code)
-            found = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT:")]
-            assert result.returncode == 0 and found, tail(result)
-            done[version] = json.loads(found[-1][len("RESULT:"):])
+            done[version] = run_forked(CHILD, requests)
         return done[version]
 
     return get
@@ -198,8 +174,8 @@ def test_every_jit_spec_gets_pristine_s_flags_for_the_toolkit(
     cases = results(version)
     patched = cases[f"patched torch={torch_cuda} nvcc={nvcc}"]
     pristine = cases[f"pristine torch={torch_cuda} nvcc={nvcc}"]
-    assert "crash" not in patched and "crash" not in pristine, (patched, pristine)
-    assert "+fp4graph" in patched["version"] and "+" not in pristine["version"], (patched, pristine)
+    assert patched.crash is None and pristine.crash is None, (patched.describe(), pristine.describe())
+    assert "+fp4graph" in patched["version"] and "+" not in pristine["version"], (patched.describe(), pristine.describe())
     assert sorted(patched["lines"]) == sorted(pristine["lines"])
     differ = {}  # spec: (flags only patched has, flags only pristine has)
     for name, lines in pristine["lines"].items():

@@ -25,12 +25,12 @@ Stand-ins (nothing of FlashInfer's Python is replaced): the jit-cache package
 loader ``tvm_ffi.load_module`` (it would dlopen the library), which records the path and
 returns a module whose kernels do nothing; the SM120 device (``fp4graph.verify.simulate``),
 the CUDA device guard of a plain slice (``Tensor.__getitem__``, to ``aten.slice``) and, for ``capture``, ``torch.cuda.is_current_stream_capturing`` (True, as inside
-``torch.cuda.graph``, when FlashInfer asks).  One child per version imports torch once and forks a case.
+``torch.cuda.graph``, when FlashInfer asks).  One child per version imports torch once and forks a case (harness.child.run_forked).
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import pathlib
 from typing import Any
 
@@ -39,7 +39,7 @@ from packaging.version import Version
 
 from conftest import series_versions
 from harness import kernel_packages
-from harness.child import run_python, tail
+from harness.child import CaseReport, run_forked
 
 PROJECT = "flashinfer-python"
 VERSIONS = series_versions(PROJECT)
@@ -61,7 +61,7 @@ exit 1
 """
 
 CHILD = r"""
-import json, os, pathlib, sys, traceback
+import os, pathlib, sys, traceback
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from fp4graph.verify import simulate
@@ -117,25 +117,6 @@ def case(request):
     out["runs"] = {tool: log.read_text().splitlines() if log.exists() else [] for tool, log in logs.items()}
     return out
 
-results = {}
-for name, request in json.loads(REQUEST).items():
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        try:
-            out = case(request)
-        except BaseException:
-            out = {"crash": traceback.format_exc()}
-        with os.fdopen(write, "w") as f:
-            json.dump(out, f)
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        text = f.read()
-    os.waitpid(pid, 0)
-    results[name] = json.loads(text) if text else {"crash": "the fork ended without a result"}
-print("RESULT:" + json.dumps(results))
 """
 
 
@@ -154,9 +135,9 @@ def _tools(root: pathlib.Path, case: str) -> tuple[pathlib.Path, dict[str, str]]
 
 @pytest.fixture(scope="module")
 def results(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    done: dict[str, dict[str, Any]] = {}
+    done: dict[str, dict[str, CaseReport]] = {}
 
-    def get(version: str) -> dict[str, Any]:
+    def get(version: str) -> dict[str, CaseReport]:
         if version in done:
             return done[version]
         root = tmp_path_factory.mktemp(f"jit-cache-{version}")
@@ -170,24 +151,21 @@ def results(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
             tree = wheel_tree(PROJECT, version, patched=patched)
             requests[case] = {"case": case, "kinds": KINDS, "logs": logs, "bin": str(bin_dir),
                               "path": [str(tree), str(jit_cache)]}
-        code = f"REQUEST = {json.dumps(requests)!r}\n" + CHILD
-        result = run_python(code, env={"FLASHINFER_WORKSPACE_BASE": str(root / "workspace")})
-        lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT:")]
-        assert result.returncode == 0 and lines, tail(result)
-        cases = json.loads(lines[-1][len("RESULT:"):])
-        done[version] = {case: {**data, "jit_cache": str(jit_cache)} for case, data in cases.items()}
+        cases = run_forked(CHILD, requests, env={"FLASHINFER_WORKSPACE_BASE": str(root / "workspace")})
+        done[version] = {case: dataclasses.replace(report, values={**report.values, "jit_cache": str(jit_cache)})
+                         for case, report in cases.items()}
         return done[version]
 
     return get
 
 
-def _library(data: dict[str, Any], version: str, name: str) -> str:
+def _library(data: CaseReport, version: str, name: str) -> str:
     package = pathlib.Path(data["jit_cache"]) / "flashinfer_jit_cache"
     directory = package / ("providers/sm120f" if Version(version) >= PROVIDERS else "jit_cache")
     return str(directory / name / f"{name}.so")
 
 
-def _nvcc_runs(data: dict[str, Any], version: str) -> list[str]:
+def _nvcc_runs(data: CaseReport, version: str) -> list[str]:
     """What patched may run: nothing; 0.7.4 asks the toolkit's version once (a provider match)."""
     return ["--version"] if Version(version) >= PROVIDERS else []
 
@@ -195,28 +173,28 @@ def _nvcc_runs(data: dict[str, Any], version: str) -> list[str]:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_fp4_warmup_takes_the_jit_cache_modules(results: Any, version: str) -> None:
     data = results(version)["warmup"]
-    assert "crash" not in data and "error" not in data, data
+    assert data.crash is None and "error" not in data, data.describe()
     modules = sm120_modules(version)
-    assert data["names"] == modules, data
-    assert data["loaded"] == [_library(data, version, n) for n in modules], data
-    assert data["runs"] == {"nvcc": _nvcc_runs(data, version), "ninja": []}, data
+    assert data["names"] == modules, data.describe()
+    assert data["loaded"] == [_library(data, version, n) for n in modules], data.describe()
+    assert data["runs"] == {"nvcc": _nvcc_runs(data, version), "ninja": []}, data.describe()
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_first_call_in_a_capture_loads_the_jit_cache_module(results: Any, version: str) -> None:
     data = results(version)["capture"]
-    assert "crash" not in data and "error" not in data, data
+    assert data.crash is None and "error" not in data, data.describe()
     # What this version's fp4_quantize returns, as pristine's first call.
-    assert data["shapes"] == results(version)["first-call"]["shapes"], data
-    assert data["shapes"][0] == [16, 128], data
-    assert data["loaded"] == [_library(data, version, sm120_modules(version)[0])], data
-    assert data["runs"] == {"nvcc": _nvcc_runs(data, version), "ninja": []}, data
+    assert data["shapes"] == results(version)["first-call"]["shapes"], data.describe()
+    assert data["shapes"][0] == [16, 128], data.describe()
+    assert data["loaded"] == [_library(data, version, sm120_modules(version)[0])], data.describe()
+    assert data["runs"] == {"nvcc": _nvcc_runs(data, version), "ninja": []}, data.describe()
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_pristine_loads_it_too_but_asks_nvcc_first(results: Any, version: str) -> None:
     data = results(version)["first-call"]
-    assert "crash" not in data and "error" not in data, data
-    assert data["loaded"] == [_library(data, version, sm120_modules(version)[0])], data
-    assert data["runs"]["ninja"] == [], data
-    assert "--version" in data["runs"]["nvcc"], data
+    assert data.crash is None and "error" not in data, data.describe()
+    assert data["loaded"] == [_library(data, version, sm120_modules(version)[0])], data.describe()
+    assert data["runs"]["ninja"] == [], data.describe()
+    assert "--version" in data["runs"]["nvcc"], data.describe()

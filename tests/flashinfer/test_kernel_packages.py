@@ -41,7 +41,6 @@ are fetched once into the cache (about 40 s here) and unpacked without their blo
 
 from __future__ import annotations
 
-import json
 import pathlib
 from collections.abc import Callable
 from typing import Any
@@ -54,7 +53,7 @@ from conftest import series_versions
 from fp4graph.model import config, stacks
 from fp4graph.model.stacks import Artifact
 from harness import kernel_packages
-from harness.child import run_python, tail
+from harness.child import CaseReport, run_forked
 
 PROJECT = "flashinfer-python"
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -79,8 +78,7 @@ _HINT_07 = (
 # and the simulated device once, then runs each case in a fork of itself that has imported
 # nothing of flashinfer or the kernel packages: the trees go first on sys.path there.
 CHILD = r"""
-import importlib, importlib.metadata, importlib.util, json, logging, os, pathlib, sys
-import traceback, types
+import importlib, importlib.metadata, importlib.util, logging, os, pathlib, sys, types
 for name in ("FLASHINFER_DISABLE_VERSION_CHECK", "FLASHINFER_CUBIN_DIR"):
     os.environ.pop(name, None)
 import torch, torch._dynamo
@@ -135,25 +133,6 @@ def case(request):
         out["collect_env"] = collect_env._get_kernel_package_info()
     return out
 
-results = {}
-for name, request in json.loads(REQUEST).items():
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        try:
-            out = case(request)
-        except BaseException:
-            out = {"crash": traceback.format_exc()}
-        with os.fdopen(write, "w") as f:
-            json.dump(out, f)
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        text = f.read()
-    _, status = os.waitpid(pid, 0)
-    results[name] = json.loads(text) if text else {"crash": f"the fork ended with status {status}"}
-print("RESULT:" + json.dumps(results))
 """
 
 
@@ -219,17 +198,14 @@ def _requests(version: str, trees: Callable[..., pathlib.Path],
 
 @pytest.fixture(scope="module")
 def results(wheel_tree: Any, cubin: Callable[[str], pathlib.Path],
-            tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, Any]]:
+            tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, CaseReport]]:
     """``results(version)``: what each case's fork saw (one child per version, run once)."""
-    done: dict[str, dict[str, Any]] = {}
+    done: dict[str, dict[str, CaseReport]] = {}
 
-    def get(version: str) -> dict[str, Any]:
+    def get(version: str) -> dict[str, CaseReport]:
         if version not in done:
             requests = _requests(version, wheel_tree, cubin, tmp_path_factory.mktemp(version))
-            result = run_python(f"REQUEST = {json.dumps(requests)!r}\n" + CHILD)
-            lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT:")]
-            assert result.returncode == 0 and lines, tail(result)
-            done[version] = json.loads(lines[-1][len("RESULT:"):])
+            done[version] = run_forked(CHILD, requests)
         return done[version]
 
     return get
@@ -247,40 +223,40 @@ def _refusal(kind: str, package: str, flashinfer: str, cache_dir: str = "") -> s
             f"instead): {mismatch} {_HINT_07}")
 
 
-def _uses_both(data: dict[str, Any], version: str) -> None:
+def _uses_both(data: CaseReport, version: str) -> None:
     """Both checks passed: the import uses the cubin and jit-cache packages, warning about none."""
     assert "error" not in data, data["error"]
-    assert not [w for w in data["warnings"] if "flashinfer-cubin" in w or "jit-cache" in w], data
-    assert data["cubin_dir"] == data["package_cubin_dir"], data
+    assert not [w for w in data["warnings"] if "flashinfer-cubin" in w or "jit-cache" in w], data.describe()
+    assert data["cubin_dir"] == data["package_cubin_dir"], data.describe()
     if Version(version) in IGNORES_MISMATCH:
-        assert data["aot_providers"] == data["package_providers"] != [], data  # 0.7.x: providers
+        assert data["aot_providers"] == data["package_providers"] != [], data.describe()  # 0.7.x: providers
     else:
-        assert data["aot_dir"] == data["package_jit_cache_dir"], data  # 0.6.x: one directory
+        assert data["aot_dir"] == data["package_jit_cache_dir"], data.describe()  # 0.6.x: one directory
 
 
-def _refuses(data: dict[str, Any], version: str, kind: str, package: str, flashinfer: str) -> None:
+def _refuses(data: CaseReport, version: str, kind: str, package: str, flashinfer: str) -> None:
     """upstream's refusal: 0.6.x raises at import, 0.7.x warns and drops the package."""
     if Version(version) not in IGNORES_MISMATCH:
-        assert data.get("error") == _refusal(kind, package, flashinfer), data
+        assert data.get("error") == _refusal(kind, package, flashinfer), data.describe()
         return
     assert "error" not in data, data["error"]
-    assert data["version"] == flashinfer, data
-    assert data["warnings"] == [_refusal(kind, package, flashinfer, data["cache_dir"])], data
+    assert data["version"] == flashinfer, data.describe()
+    assert data["warnings"] == [_refusal(kind, package, flashinfer, data["cache_dir"])], data.describe()
     if kind == "flashinfer-cubin":
-        assert data["cubin_dir"] == f"{data['cache_dir']}/cubins", data
+        assert data["cubin_dir"] == f"{data['cache_dir']}/cubins", data.describe()
     else:
-        assert data["aot_providers"] == [], data
+        assert data["aot_providers"] == [], data.describe()
 
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("version", VERSIONS)
-def test_kernel_packages(results: Callable[[str], dict[str, Any]], version: str, case: str) -> None:
+def test_kernel_packages(results: Callable[[str], dict[str, CaseReport]], version: str, case: str) -> None:
     data = results(version)[case]
-    assert "crash" not in data, data["crash"]
+    assert data.crash is None, data.describe()
     label = _artifact(version).patched_version
     other = _other_release(version)
     if case == "control":
-        assert data["version"] == data["metadata_version"] == version, data
+        assert data["version"] == data["metadata_version"] == version, data.describe()
         _uses_both(data, version)
     elif case == "bug-cubin":
         _refuses(data, version, "flashinfer-cubin", version, label)
@@ -288,18 +264,18 @@ def test_kernel_packages(results: Callable[[str], dict[str, Any]], version: str,
         _refuses(data, version, "flashinfer-jit-cache", f"{version}+cu130", label)
     elif case == "fixed":
         _uses_both(data, version)
-        assert data["version"] == data["metadata_version"] == label, data  # pip show says it too
+        assert data["version"] == data["metadata_version"] == label, data.describe()  # pip show says it too
         if "collect_env" in data:  # 0.7.x's report: no MISMATCH for the packages it uses
-            assert data["collect_env"]["flashinfer-cubin"] == version, data
-            assert data["collect_env"]["flashinfer-jit-cache"] == f"{version}+cu130", data
+            assert data["collect_env"]["flashinfer-cubin"] == version, data.describe()
+            assert data["collect_env"]["flashinfer-jit-cache"] == f"{version}+cu130", data.describe()
     elif case == "other-cubin":
         _refuses(data, version, "flashinfer-cubin", other, label)
         if "collect_env" in data:  # 0.7.x's report still flags it
-            assert "MISMATCH" in data["collect_env"]["flashinfer-cubin"], data
+            assert "MISMATCH" in data["collect_env"]["flashinfer-cubin"], data.describe()
     else:
         _refuses(data, version, "flashinfer-jit-cache", f"{other}+cu130", label)
         if "collect_env" in data:
-            assert "MISMATCH" in data["collect_env"]["flashinfer-jit-cache"], data
+            assert "MISMATCH" in data["collect_env"]["flashinfer-jit-cache"], data.describe()
 
 
 @pytest.mark.parametrize("version", [v for v in VERSIONS if Version(v) in CUBIN_ON_PYPI])

@@ -1,7 +1,9 @@
 """The test harness, tested like pip's tests/lib (tests/harness/test_*.py).
 
 - ``child``: run code in a fresh interpreter with upstream trees first on the path;
-  ``run_child_main`` runs a child module's ``main(json)`` and returns its ``RESULT:`` line.
+  ``run_child_main`` runs a child module's ``main(json)`` and returns its ``RESULT:`` line;
+  ``run_forked`` runs a ``case(request)`` per request, each in a fork of one child that
+  imported torch once, and returns a ``CaseReport`` per case (``describe()`` for messages).
 - The child modules, imported only inside those interpreters (this directory on their path):
   ``fi_child`` (FlashInfer's fp4 quantize / GEMM entry points: trace, export, eager, opcheck,
   warm-up and JIT-error checks), ``moe_child`` and ``moe074_child`` (the fused-MoE entry points,

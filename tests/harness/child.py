@@ -1,13 +1,21 @@
-"""Run Python in a clean child interpreter against chosen upstream trees."""
+"""Run Python in a clean child interpreter against chosen upstream trees.
+
+Parent side: :func:`run_python`, :func:`run_child_main`, and :func:`run_forked`, whose
+child imports torch (and the simulated device) once and runs each case in a fork of
+itself.  Child side: :func:`serve`, that fork-per-case loop (this module imports only the
+standard library, so a child imports it as ``harness.child``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import Container, Sequence
+import traceback
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
@@ -83,3 +91,81 @@ def opcheck_failures(records: dict[str, Any], skip: Container[str] = ()) -> dict
         elif failed := {t: v for t, v in rec["opcheck"].items() if v != "SUCCESS"}:
             bad[name] = failed
     return bad
+
+
+# --- fork per case ---------------------------------------------------------------------
+FORKED_RESULT = "RESULT:"
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseReport:
+    """What one forked case returned (``values``), or how it failed (``crash``: the
+    traceback of a case that raised, or how its fork ended)."""
+
+    case: str
+    values: Mapping[str, Any]
+    crash: str | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.values
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def describe(self, n: int = 6000) -> str:
+        """The case and what it saw, for an assertion message."""
+        if self.crash is not None:
+            return f"case {self.case!r} crashed:\n{self.crash[-n:]}"
+        return f"case {self.case!r}: " + json.dumps(self.values, indent=1, default=str)[-n:]
+
+
+def serve(case: Callable[[dict[str, Any]], dict[str, Any]], requests: Mapping[str, dict[str, Any]]) -> None:
+    """Child side: run ``case(request)`` for each request in a fork of this process (which
+    has imported torch once, and nothing of the trees under test), then print one
+    ``RESULT:`` line of every case's values or crash."""
+    results: dict[str, dict[str, Any]] = {}
+    for name, request in requests.items():
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            try:
+                out: dict[str, Any] = {"values": case(request)}
+            except BaseException:
+                out = {"crash": traceback.format_exc()[-3000:]}
+            with os.fdopen(write, "w") as f:
+                json.dump(out, f)
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as f:
+            text = f.read()
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)  # negative: the signal that ended it
+        results[name] = json.loads(text) if text else {"crash": f"the fork ended with code {code} and no result"}
+    print(FORKED_RESULT + json.dumps(results))
+
+
+def run_forked(
+    code: str,
+    requests: Mapping[str, dict[str, Any]],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 900,
+) -> dict[str, CaseReport]:
+    """Parent side: a child that runs ``code`` (imports, set-up, ``def case(request)``) and
+    then :func:`serve` over ``requests``; each case's :class:`CaseReport`, by name."""
+    program = (
+        f"{code}\n"
+        f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom harness.child import serve\n"
+        f"sys.path.remove({str(TESTS)!r})\n"
+        f"import json as _json\nserve(case, _json.loads({json.dumps(requests)!r}))\n"
+    )
+    result = run_python(program, env=env, timeout=timeout)
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith(FORKED_RESULT)]
+    assert result.returncode == 0 and lines, tail(result)
+    raw: dict[str, dict[str, Any]] = json.loads(lines[-1][len(FORKED_RESULT):])
+    assert list(raw) == list(requests), (list(raw), list(requests))
+    return {name: CaseReport(name, r.get("values", {}), r.get("crash")) for name, r in raw.items()}

@@ -71,3 +71,24 @@ def test_opcheck_failures_lists_errors_and_failed_checks() -> None:
         "bad": {"test_aot_dispatch_dynamic": "FAIL: list output"},
         "broken": "no such op",
     }
+
+
+def test_run_forked_reports_each_case_by_name() -> None:
+    """One child, a fork per case: values, a raised exception, and a fork that ended
+    without a result each come back as that case's report; the parent's set-up ran once."""
+    code = (
+        "import os\nSTARTED = os.getpid()\n"
+        "def case(request):\n"
+        "    if request['do'] == 'raise':\n        raise ValueError('broken case')\n"
+        "    if request['do'] == 'exit':\n        os._exit(3)\n"
+        "    return {'parent': os.getppid() == STARTED, 'x': request['x'] * 2}\n"
+    )
+    reports = child.run_forked(code, {"ok": {"do": "run", "x": 21}, "raises": {"do": "raise"},
+                                      "exits": {"do": "exit"}})
+    assert list(reports) == ["ok", "raises", "exits"]
+    ok, raises, exits = reports.values()
+    assert ok.crash is None and ok["x"] == 42 and ok["parent"] is True and "x" in ok
+    assert ok.describe().startswith("case 'ok': {") and '"x": 42' in ok.describe()
+    assert raises.values == {} and "ValueError: broken case" in (raises.crash or "")
+    assert raises.describe().startswith("case 'raises' crashed:\n")
+    assert exits.crash == "the fork ended with code 3 and no result"

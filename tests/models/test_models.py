@@ -50,12 +50,12 @@ from harness.models.expected import (
     REPLAY_TOKENS,
     assert_nsa,
 )
-from harness.targets import full_matrix, sm12x_gpus, versions_with_topic
+from harness.targets import SEED_STACK, full_matrix, sm12x_gpus, versions_with_topic
 
 SEED_ERROR = "Attempted to call function marked as skipped"
 NSA = families.NSA_FAMILIES
 
-CI_STACK = "sglang-0.5.9"  # the seed user's release, and the one with the most fixes
+CI_STACK = SEED_STACK  # the seed user's release, and the one with the most fixes
 EVERY_STACK_FAMILY = "deepseek-v3-no-fusion"  # MLA + flashinfer-routed MoE: the widest path
 NSA_CI_FAMILY = "glm5"  # the seed user's model
 FULL = full_matrix()
@@ -86,7 +86,8 @@ class Case:
 
 
 
-def full_matrix(sglang: str, gpu: str = "sm120") -> list[Case]:
+def every_case(sglang: str, gpu: str = "sm120") -> list[Case]:
+    """The full tier's cases of ``sglang`` on ``gpu``: every family, MoE runner and start order."""
     out = []
     for family in (f for f in families.names() if families.runs_on(f, sglang)):
         backends = ["auto", "flashinfer_cutlass"] if families.ROWS[family]["kind"] == "moe" else ["auto"]
@@ -98,7 +99,7 @@ def full_matrix(sglang: str, gpu: str = "sm120") -> list[Case]:
 
 def matrix(stack_name: str, patched: bool) -> list[Case]:
     if FULL:
-        return [c for gpu in SIMULATED_GPUS for c in full_matrix(simulation.stack(stack_name).sglang, gpu)]
+        return [c for gpu in SIMULATED_GPUS for c in every_case(simulation.stack(stack_name).sglang, gpu)]
     ci = stack_name == CI_STACK or CI_STACK not in [s.name for s in simulation.sglang_stacks()]
     if not ci:
         orders = (True, False) if patched else (False,)

@@ -221,10 +221,6 @@ def read_series(directory: pathlib.Path) -> list[tuple[str, str | None]]:
     return entries
 
 
-def read_series_names(directory: pathlib.Path) -> list[str]:
-    return [name for name, _ in read_series(directory)]
-
-
 def load_series(patches_dir: pathlib.Path, project: str, version: str) -> Series | None:
     """The series for ``project`` ``version``, or None when there is none."""
     directory = series_dir(patches_dir, project, version)

@@ -181,7 +181,7 @@ def run_code(
         stand_ins.report("RESULT", {"moe": built.moe_runner_backend,
                                     "methods": sorted(set(built.quant_methods.values()))})
         '''
-        run_code(wheel_tree, stack("sglang-0.5.9"), patched=True, body=body,
+        run_code(wheel_tree, stack(SEED_STACK), patched=True, body=body,
                  cases=[case("qwen3-moe", moe_runner_backend="flashinfer_cutlass")])
     """
     path, record = trees(wheel_tree, target, patched=patched, cases=cases)

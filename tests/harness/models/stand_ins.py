@@ -22,10 +22,6 @@ from harness.models import collectives
 # --- sgl_kernel's compiled library --------------------------------------------------
 
 
-def _dtype_of(args: tuple, index: int) -> torch.dtype:
-    return args[index]
-
-
 def _moe_fused_gate(x: torch.Tensor, bias: torch.Tensor, num_expert_group: int, topk_group: int,
                     topk: int, num_fused_shared_experts: int, *rest: Any) -> list[torch.Tensor]:
     # csrc/moe/moe_fused_gate.cu: (topk_weights float32, topk_ids int32), each
