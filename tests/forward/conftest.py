@@ -50,3 +50,20 @@ def add_series(settings: Settings, project: str, version: str, names: list[str])
 
 def has_tools(*names: str) -> bool:
     return all(shutil.which(n) for n in names)
+
+
+# What issue 30 found in the bodies: claims of runs that did not happen, our benchmark files,
+# our project's names and files, checklist boxes ticked for what did not run.
+UNCLAIMED = (
+    "Downstream:", "runs SGLang with piecewise CUDA graphs", "Carried in", "in fp4graph",
+    "fp4graph/", "fp4graph benchmark", "+fp4graph", "fp4graph runs",
+    "```json", "benchmarks/results", "patches/", ".patch", "stacks.toml",
+    "- [x] All tests are passing", "- [x] I have installed the hooks",
+    "- [x] I have run the hooks manually", "Closes #2999",
+)
+
+
+def assert_claims_only_what_ran(body: str) -> None:
+    """A pull-request body holds none of the strings issue 30 found."""
+    found = [s for s in UNCLAIMED if s in body]
+    assert not found, f"{found} in:\n{body}"

@@ -1,4 +1,4 @@
-"""forward.prseries / prbranches: pull requests from a pull-request series, on real history.
+"""forward.prs / prbranches: pull requests from a pull-request series, on real history.
 
 A fixture upstream repository (three commits on main, the last one newer than the
 series' pinned commit) and a three-patch series cut on the pinned commit: a fix with a
@@ -17,13 +17,15 @@ import sys
 import pytest
 
 from fp4graph import cli
-from fp4graph.forward import prseries
+from fp4graph.forward import prreport, prs
 from fp4graph.forward.sources import git
 from fp4graph.model import pullrequests
 from fp4graph.model.config import Settings
 from fp4graph.model.errors import ConfigError
 from fp4graph.wheels.lint import lint
 from harness.checkout import upstream_history
+
+from .conftest import assert_claims_only_what_ran
 
 FI = "flashinfer-python"
 CALC = "flashinfer/calc.py"
@@ -99,12 +101,14 @@ def world(checkout: Settings, tmp_path: pathlib.Path) -> dict[str, object]:
             "names": names}
 
 
-def _prepare(checkout: Settings, world: dict[str, object], out: pathlib.Path, **kw: object) -> prseries.SeriesResult:
-    return prseries.prepare_series(
-        checkout, FI, out, repo=world["upstream"], series=str(world["series"]),
+def _prepare(checkout: Settings, world: dict[str, object], out: pathlib.Path, **kw: object) -> prreport.Report:
+    options = prs.UpstreamOptions(
+        project=FI, repo=world["upstream"], series=str(world["series"]),  # type: ignore[arg-type]
         # No simulated GPU: the fixture's tests import no torch, so neither do their runs.
-        run_checks=False, python=sys.executable, simulated_gpu=False, **kw,  # type: ignore[arg-type]
+        run_checks=False, python=sys.executable, simulated_gpu=False,
+        identity=("A User", "a.user@example.org"), **kw,  # type: ignore[arg-type]
     )
+    return prs.prepare(checkout, options, out)
 
 
 def test_lint_accepts_the_series_and_its_dependencies(checkout: Settings, world: dict[str, object]) -> None:
@@ -131,8 +135,11 @@ def test_branches_sit_on_upstream_and_stack_only_where_declared(
     for pr in result.prs:
         assert git(repo, "merge-base", "--is-ancestor", shas[1], pr.branch.name, check=False).returncode == 0
     assert fix.branch.parent == shas[1] and fix.branch.stacked_on is None
-    assert follow.branch.stacked_on == "fp4graph/scale-fix" and follow.branch.parent == fix.branch.commit
+    assert follow.branch.stacked_on == "fix/scale-fix" and follow.branch.parent == fix.branch.commit
     assert notes.branch.parent == shas[1] and notes.branch.needs == ()  # un-stacked
+    # the user's identity, never a fixed one, on every commit of the branches
+    authors = git(repo, "log", "--format=%an <%ae>|%cn", f"{shas[1]}..{follow.branch.name}").stdout
+    assert authors.splitlines() == ["A User <a.user@example.org>|A User"] * 2
     # our DEP-3 lines stay out of the upstream commits
     message = git(repo, "log", "-1", "--format=%B", follow.branch.name).stdout
     assert "Topic:" not in message and "Depends-On:" not in message and "Repro:" in message
@@ -143,7 +150,7 @@ def test_branches_sit_on_upstream_and_stack_only_where_declared(
     assert [t.outcome for t in follow.without_change] == ["failed"]  # below it: the fix alone
     assert notes.passing_without_change() == ["tests.utils.test_notes::test_note_is_text"]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert [p["stacked_on"] for p in summary["prs"]] == [None, "fp4graph/scale-fix", None]
+    assert [p["stacked_on"] for p in summary["prs"]] == [None, "fix/scale-fix", None]
     assert notes.shows_no_fix and not fix.shows_no_fix and not follow.shows_no_fix
     assert "FLAGGED: no test fails without the change" in (tmp_path / "out" / "summary.md").read_text()
 
@@ -158,17 +165,20 @@ def test_bodies_name_no_file_of_ours_and_tick_only_what_ran(
     assert sorted(bodies) == ["01-scale-fix", "02-offset", "03-notes"]
     for body in bodies.values():
         assert not re.search(r"patches/|\.patch\b|fp4graph|stacks\.toml|series", body), body
+        assert_claims_only_what_ran(body)
         assert "- [ ] I have run the hooks manually with `pre-commit run --all-files`" in body
         assert "- [x] Tests have been added or updated as needed." in body
         assert "Why and what." in body and "Repro:" in body
     assert "Stacked on" not in bodies["01-scale-fix"]
     assert 'Stacked on "fix(calc): scale doubles"' in bodies["02-offset"]
-    assert "- [x] All tests are passing" in bodies["01-scale-fix"]
+    # only the added test files ran, on no GPU: the whole suite's box stays open
+    assert "- [ ] All tests are passing" in bodies["01-scale-fix"]
+    assert "not upstream's suite" in bodies["01-scale-fix"]
     assert "test_note_is_text" in bodies["03-notes"] and "pass without this change" in bodies["03-notes"]
     # each body lists its own test files only
     assert "test_scale.py" in bodies["01-scale-fix"] and "test_notes.py" not in bodies["01-scale-fix"]
     assert "No benchmark: this change makes no performance claim." in bodies["01-scale-fix"]
-    assert "Not measured yet" in bodies["03-notes"] or "Measured on" in bodies["03-notes"]
+    assert "Not measured yet" in bodies["03-notes"] or "SM90 host-overhead results" in bodies["03-notes"]
 
 
 def test_a_newer_main_conflicts_per_patch_and_nothing_is_dropped(
@@ -212,11 +222,11 @@ def test_the_command_needs_the_clone_for_a_series(
                      "--no-checks", "--base", "pinned", "--out", str(tmp_path / "cli")])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "fp4graph/offset  built" in out and "on fp4graph/scale-fix" in out
+    assert "feat/offset  built" in out and "on fix/scale-fix" in out
     assert "FLAG tests.utils.test_notes::test_note_is_text: passes without the change" in out
     assert "FLAGGED: no test of this pull request fails without its change" in out
-    with pytest.raises(ConfigError, match="no \\[\\[pull-requests\\]\\] series for sglang"):
-        prseries.prepare_series(checkout, "sglang", tmp_path / "x", repo=tmp_path)
+    with pytest.raises(ConfigError, match="no \\[\\[pull-requests\\]\\] series 'nope' for sglang"):
+        prs.prepare(checkout, prs.UpstreamOptions(project="sglang", repo=tmp_path, series="nope"), tmp_path / "x")
 
 
 def test_rebase_carries_a_series_to_a_newer_main_and_one_topic_again(
@@ -274,9 +284,25 @@ def test_a_pr_body_shows_its_own_benchmark_section_labelled_by_machine() -> None
 
     text = ("From 0 Mon Sep 17 00:00:00 2001\nFrom: a <a@b>\nSubject: [PATCH] x\n\nWhy.\n\n"
             "Bench: peers\nTopic: t\n---\ndiff --git a/f b/f\n")
-    lines = prseries._bench_lines(Patch.parse(text, pathlib.Path("x.patch")), prseries.bench_results(REPO))
+    lines = prreport.bench_lines(Patch.parse(text, pathlib.Path("x.patch")), prreport.bench_results(REPO))
     joined = "\n".join(lines)
-    assert "NVIDIA H200 (SM90)" in joined and "SM90 host-overhead results" in joined
+    assert "FlashInfer 0.6.3 on NVIDIA H200 (SM90)" in joined and "SM90 host-overhead results" in joined
+    assert "fp4graph" not in joined and "(this change)" in joined
     assert "No SM100/SM120 run." in joined
     assert re.search(r"\| substitute_in_graph twin .* \| 0\.\d\d s \|", joined), joined
     assert "| upstream public function |" in joined and "fails (" in joined
+
+
+def test_a_change_to_upstreams_own_test_file_runs_only_the_tests_it_adds(tmp_path: pathlib.Path) -> None:
+    """Tests folded into upstream's test files run alone (the file's other tests may need a
+    GPU); a test file the change adds runs whole."""
+    old = "class TestLogging:\n    def test_old(self):\n        pass\n"
+    new = old + "\n    def test_new(self):\n        pass\n\n\ndef test_module_level():\n    pass\n"
+    shas = upstream_history(tmp_path / "r", [
+        {"tests/utils/test_a.py": old},
+        {"tests/utils/test_a.py": new, "tests/utils/test_b.py": "def test_b():\n    pass\n"},
+    ])
+    repo = tmp_path / "r"
+    assert prs.added_tests(repo, shas[1], "tests/utils/test_a.py") == (
+        "tests/utils/test_a.py::TestLogging::test_new", "tests/utils/test_a.py::test_module_level")
+    assert prs.added_tests(repo, shas[1], "tests/utils/test_b.py") == ()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import sys
 
-from ..forward import prs, prseries
-from ..model import projects, pullrequests
-from ..model.config import Settings
+from ..forward import prreport, prs
+from ..forward.sources import user_identity
+from ..model import projects
 from ..model.errors import Fp4graphError
 from . import common
 
@@ -40,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--print-test-requirements", action="store_true",
                    help="print what those tests need installed and exit (torch only where they "
                         "need the release's own pin: sglang's)")
+    p.add_argument("--author", help="'Name <email>' of the pull-request commits (default: your git "
+                   "identity, user.name and user.email)")
     p.add_argument("--push", action="store_true", help="push the PR branches (needs --remote)")
     p.add_argument("--remote", help="where to push: a URL or a remote name of --repo")
     common.add_index_options(p)
@@ -49,30 +52,19 @@ def run(args: argparse.Namespace) -> int:
     if args.push and not args.remote:
         raise Fp4graphError("--push needs an explicit --remote (a URL or a remote name of --repo)")
     settings = common.settings(args)
-    cut = pullrequests.find(settings.stacks_file, args.project, args.series)
-    if args.repo is not None and args.version is None and cut is not None:
-        return _run_series(args, settings, cut)
-    if args.print_test_requirements:
-        if not args.no_tests:
-            print("\n".join(prs.test_requirements(settings, args.project, args.version)))
-        return 0
     options = prs.UpstreamOptions(
-        project=args.project, version=args.version, repo=args.repo, base=args.base, out=args.out,
-        run_checks=not args.no_checks, tools=args.tools, run_tests=not args.no_tests, python=args.python,
-        tests_must_run=args.tests_must_run, push_to=args.remote if args.push else None,
+        project=args.project, version=args.version, repo=args.repo, series=args.series, base=args.base,
+        out=args.out, run_checks=not args.no_checks, tools=args.tools, run_tests=not args.no_tests,
+        python=args.python, tests_must_run=args.tests_must_run,
+        simulated_gpu=True if args.simulated_gpu else None,
+        push_to=args.remote if args.push else None,
     )
+    if args.print_test_requirements:
+        print("\n".join(prs.test_requirements(settings, options)))
+        return 0
+    options = dataclasses.replace(options, identity=user_identity(args.author, args.repo))
     done = prs.run_upstream(settings, options)
-    result = done.prepared
-    print(f"{result.project} {result.version}: series {result.series_version}, source {result.origin}")
-    for pr in result.prs:
-        print(f"  {pr.branch}  {pr.commit[:12]}  {pr.patch.subject}")
-    for c in result.checks:
-        status = "PASSED" if c.ok else c.status
-        print(f"  check {c.hook}: {status} ({len(c.files)} file(s))")
-    for t in result.tests:
-        print(f"  test {t.path}: {t.outcome}{prs.without_change_note(t)}")
-    for name, why in result.not_proposed:
-        print(f"  not proposed {name}: {why}")
+    _print(done.report)
     print(f"wrote {done.out} (summary.md, prs/*/PR.md, repo/)")
     if done.push_refused:
         print(f"not pushing: {done.push_refused}", file=sys.stderr)
@@ -80,43 +72,29 @@ def run(args: argparse.Namespace) -> int:
     if done.push_failure is not None:
         raise done.push_failure
     if done.pushed:
-        print(f"pushed {len(result.prs)} branch(es) to {args.remote}")
+        print(f"pushed {len(done.report.prs)} branch(es) to {args.remote}")
     else:
         print("dry run: nothing pushed (use --push --remote R)")
-    return 0 if result.ok else 1
+    return 0 if done.report.ok else 1
 
 
-def _run_series(args: argparse.Namespace, settings: Settings, cut: pullrequests.PullRequestSeries) -> int:
-    """Pull requests from a pull-request series, on the clone's real history."""
-    if args.print_test_requirements:
-        if not args.no_tests:
-            print("\n".join(prseries.commit_requirements(args.repo, cut.source.commit, cut.project)))
-        return 0
-    if args.push:
-        raise Fp4graphError("--push: push the branches of the output's repo/ yourself, after review")
-    out = args.out or settings.wheels_dir / "upstream" / f"{cut.project}-{cut.series}"
-    result = prseries.prepare_series(
-        settings, args.project, out, repo=args.repo, series=cut.series, base=args.base,
-        run_checks=not args.no_checks, tools=args.tools, run_tests_=not args.no_tests,
-        python=args.python, tests_must_run=args.tests_must_run,
-        benches=prseries.bench_results(settings.repo),
-        simulated_gpu=True if args.simulated_gpu else None,
-    )
-    print(f"{result.project} {result.series}: branches on {result.target_ref} {result.target[:12]}")
-    for carried in result.carried:
+def _print(report: prreport.Report) -> None:
+    print(f"{report.title}: branches on {report.base_note}; source {report.source_note}")
+    for carried in report.carried:
         if carried.status != "carried":
             print(f"  carry {carried.patch.name}: {carried.status}: {carried.detail}")
-    for pr in result.prs:
+    for name, why in report.not_proposed:
+        print(f"  not proposed {name}: {why}")
+    if not report.prs:
+        print("  no pull request: every patch is carried downstream or waits (not proposed above)")
+    for pr in report.prs:
         print(f"  {pr.branch.name}  {pr.branch.status}  +{pr.added_lines}/-{pr.removed_lines}  "
               f"on {pr.branch.stacked_on or ('+'.join(pr.branch.needs) or 'upstream')}  {pr.patch.subject}")
         for c in pr.checks:
             print(f"    check {c.hook}: {'PASSED' if c.ok else c.status} ({len(c.files)} file(s))")
         for t in pr.tests:
-            before = next((b.outcome for b in pr.without_change if b.path == t.path), "not run")
-            print(f"    test {t.path}: {t.outcome}; without the change: {before}")
+            print(f"    test {t.path}: {t.outcome}; without the change: {pr.outcome_without(t.path)}")
         for case in pr.passing_without_change():
             print(f"    {'FLAG' if pr.shows_no_fix else 'note'} {case}: passes without the change")
         if pr.shows_no_fix:
             print("    FLAGGED: no test of this pull request fails without its change")
-    print(f"wrote {out} (summary.md, prs/*/PR.md, repo/); nothing pushed")
-    return 0 if result.ok else 1

@@ -6,7 +6,7 @@ rebase of ``forward.rebase`` (a patch that conflicts stops the carry there and i
 reported with every later one, as ``rebase`` does; nothing is dropped silently).
 :func:`build` then makes one branch per patch: the upstream commit, the patches it
 declares on ``Depends-On:`` (transitively, in series order), and its own, each applied
-with ``git am`` (exact context) at a fixed committer identity and date, so a branch whose
+with ``git am`` (exact context) as the user (author and committer) at a fixed date, so a branch whose
 dependencies are exactly another branch holds that branch's very commits (a stacked
 pull request) and an independent one sits on upstream alone.  A patch that does not
 apply on its declared dependencies needs one it does not declare: reported, not built.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import re
+import subprocess
 import tempfile
 from collections.abc import Sequence
 
@@ -26,9 +27,8 @@ from ..model.errors import PatchError
 from ..model.log import log
 from ..model.series import DEP3_FIELD, Patch, Series
 from .rebase import BASE_REF, format_patch, is_empty, run_todo
-from .sources import SourceRepo, git
+from .sources import SourceRepo, git, identity_env, with_author
 
-BRANCH_PREFIX = "fp4graph/"
 CARRIED_REF = "refs/fp4graph/carried"
 # Our header lines, never upstream's: stripped from the messages on PR branches.
 _OURS = frozenset({
@@ -61,8 +61,15 @@ class Branch:
         return self.commit is not None
 
 
+_CHANGE_TYPE = re.compile(r"^(?P<type>[a-z]+)(?:\([^)]*\))?!?: ")
+
+
 def branch_name(patch: Patch) -> str:
-    return BRANCH_PREFIX + patch.topic.rstrip("-.")
+    """What the change is: ``<type>/<topic>`` for a conventional subject (``fix(jit): ...``
+    gives ``fix/<topic>``), else the topic."""
+    topic = patch.topic.rstrip("-.")
+    match = _CHANGE_TYPE.match(patch.subject)
+    return f"{match['type']}/{topic}" if match else topic
 
 
 def _ours(line: str) -> bool:
@@ -87,6 +94,11 @@ def _rejected(output: str) -> list[str]:
     return sorted(set(re.findall(r"error: (?:patch failed: )?([^:\s]+):", output)))
 
 
+def _first_line(result: subprocess.CompletedProcess[str]) -> str:
+    text = (result.stderr + result.stdout).strip()
+    return next((ln for ln in text.splitlines() if ln.startswith(("error:", "fatal:"))), text[-200:])
+
+
 def carry(repo: SourceRepo, series: Series, target: str, work: pathlib.Path) -> list[CarriedPatch]:
     """The series' patches as they apply on ``target``: applied on the series' own
     upstream commit (``repo.base``) and, when ``target`` is another commit, rebased onto
@@ -97,11 +109,13 @@ def carry(repo: SourceRepo, series: Series, target: str, work: pathlib.Path) -> 
     for patch in series.patches:
         result = git(repo.path, "am", "-3", "--keep-cr", str(patch.path.resolve()), check=False)
         if result.returncode != 0:
+            unmerged = git(repo.path, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
             git(repo.path, "am", "--abort", check=False)
             raise PatchError(
-                f"{patch.path}: does not apply to {repo.project} {repo.version} at its own "
-                f"commit {repo.base[:12]} ({repo.origin}); the series is broken: rebuild it with "
-                f"`python -m fp4graph rebase` and `refresh`"
+                f"{patch.path}: does not apply to {repo.project} {repo.version} at "
+                f"{repo.base[:12]} ({repo.origin}) with `git am -3`: "
+                f"{'conflicts in ' + ', '.join(unmerged) if unmerged else _first_line(result)}; "
+                "carry the series with `python -m fp4graph rebase` and `refresh`"
             )
         commits.append(git(repo.path, "rev-parse", "HEAD").stdout.strip())
     if target == repo.base:
@@ -132,8 +146,13 @@ def carry(repo: SourceRepo, series: Series, target: str, work: pathlib.Path) -> 
     return out
 
 
-def build(repo: SourceRepo, carried: Sequence[CarriedPatch], target: str) -> list[Branch]:
-    """One branch per carried patch, on ``target`` plus its dependencies (see module doc)."""
+def build(
+    repo: SourceRepo, carried: Sequence[CarriedPatch], target: str, identity: tuple[str, str],
+    *, stacked: bool = False,
+) -> list[Branch]:
+    """One branch per carried patch, on ``target`` plus its dependencies (see module doc),
+    its commits by ``identity``; ``stacked``: every earlier patch is a dependency (a release
+    series, whose patches declare none)."""
     patches = [c.patch for c in carried]
     branches: list[Branch] = []
     tips: dict[int, str] = {}  # patch index -> its commit on its own branch
@@ -142,9 +161,9 @@ def build(repo: SourceRepo, carried: Sequence[CarriedPatch], target: str) -> lis
         for i, c in enumerate(carried):
             if c.text is not None:
                 files[i] = pathlib.Path(tmp) / f"{i:04d}.patch"
-                files[i].write_text(upstream_message(c.text), encoding="utf-8")
+                files[i].write_text(with_author(upstream_message(c.text), identity), encoding="utf-8")
         for i, c in enumerate(carried):
-            chain = pullrequests.closure(patches, i)
+            chain = list(range(i + 1)) if stacked else pullrequests.closure(patches, i)
             needs = tuple(t for j in chain[:-1] for t in patches[j].topics)
             name = branch_name(c.patch)
             if c.status != "carried":
@@ -160,7 +179,8 @@ def build(repo: SourceRepo, carried: Sequence[CarriedPatch], target: str) -> lis
             failed = None
             for j in chain:
                 # Exact context (no three-way merge): a branch must apply as it stands.
-                result = git(repo.path, "am", "--keep-cr", str(files[j]), check=False)
+                result = git(repo.path, "am", "--keep-cr", str(files[j]), check=False,
+                             env=identity_env(identity))
                 if result.returncode != 0:
                     unmerged = _rejected(result.stderr + result.stdout)
                     git(repo.path, "am", "--abort", check=False)

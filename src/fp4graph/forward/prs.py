@@ -1,17 +1,21 @@
-"""PR-ready branches from a series (``python -m fp4graph upstream PROJECT``).
+"""``python -m fp4graph upstream PROJECT``: pull requests from a series, one pipeline.
 
-Builds a git repository of the upstream source (a clone of ``--repo``, else one made
-from the pinned sdist), applies the nearest series with ``git am -3`` (one commit per
-patch, author and message from the patch), runs upstream's own checks on the touched
-files and the tests the patches add, and writes, per patch (= per pull request):
+The source is a release (``--version``; the tree from the pinned sdist, or ``--repo``'s tag)
+or, with ``--repo`` and no ``--version``, the project's pull-request series
+(``model.pullrequests``) carried onto the clone's upstream branch.  Either way the series is
+carried (``prbranches.carry``) and one branch is built per pull request
+(``prbranches.build``: a release series stacked, a pull-request series on its
+``Depends-On:``), its commits by the user's git identity; then, per pull request and on its
+own branch, upstream's pre-commit hooks over its files and the test files it adds or
+changes, twice: on the branch, and on the commit below it with only those files taken over
+(a test that passes there too shows no fix).  ``prreport`` writes, under ``out``:
 
-    <out>/repo/                           the repository; branch fp4graph/<topic> per PR
-    <out>/prs/<topic>/<NNNN-subject>.patch   ``git format-patch`` of the PR's commit
-    <out>/prs/<topic>/PR.md               the PR body, on upstream's template
-    <out>/summary.md, summary.json        checks, tests, branches
+    <out>/repo/                         the repository, one branch per pull request
+    <out>/prs/<NN>-<topic>/PR.md        the body, on upstream's template
+    <out>/prs/<NN>-<topic>/*.patch      ``git format-patch`` of the pull request's commit
+    <out>/summary.md, summary.json      the carry, what is not proposed, branches, checks, tests
 
-PRs are stacked: branch k holds patches 1..k; each PR body names the branch it is
-stacked on.  Nothing is pushed unless ``--push --remote R`` is given.
+Nothing is pushed unless asked (``push_to``) and everything passed.
 """
 
 from __future__ import annotations
@@ -19,336 +23,74 @@ from __future__ import annotations
 import dataclasses
 import email.parser
 import email.policy
-import json
+import functools
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 import zipfile
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from packaging.markers import default_environment
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ..model import projects
+from ..model import projects, pullrequests
 from ..model.config import Settings
 from ..model.errors import ConfigError, Fp4graphError
 from ..model.files import atomic_directory
 from ..model.log import log
-from ..model.series import DEP3_FIELD, Patch, Series, nearest_series
+from ..model.series import Series, load_series, nearest_series
 from ..model.stacks import Artifact, load
 from ..wheels.fetch import fetch
 from ..wheels.index import core_metadata
-from . import checks
-from .rebase import Applied, am_series
-from .sources import SourceRepo, checkout_at, files_over, git, source_repo
+from . import checks, prbranches
+from .prreport import PullRequest, Report, TestFile, bench_results, write_prs, write_summary
+from .sources import SourceRepo, checkout_at, clone, files_over, git, source_repo, user_identity
 
-BRANCH_PREFIX = "fp4graph/"
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class TestRun:
-    path: str
-    command: str
-    outcome: str  # passed | failed | skipped | not-run
-    output: str
-    # The outcome on the commit below the patch that adds the file, with only the file
-    # taken over (None: not run there); a test that passes there too shows no fix.
-    without_change: str | None = None
-
-    @property
-    def shows_no_fix(self) -> bool:
-        return self.outcome == "passed" and self.without_change == "passed"
+DEFAULT_TIMEOUT = 900
+# Loaded into the tests' pytest by name (never imported here): torch's device queries
+# answered as an SM120 card, for hosts without a GPU.
+SIMULATED_GPU_PLUGIN = "fp4graph.verify.pytest_simulated_gpu"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class PullRequest:
-    patch: Patch
-    branch: str
-    commit: str
-    stacked_on: str | None
-    patch_file: pathlib.Path
-    body_file: pathlib.Path
+class UpstreamOptions:
+    """``upstream PROJECT``: the pull requests of a series, checked, optionally pushed."""
 
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Result:
     project: str
-    version: str
-    series_version: str
-    origin: str
-    repo: pathlib.Path
-    checks_source: str
-    checks: tuple[checks.CheckResult, ...]
-    tests: tuple[TestRun, ...]
-    prs: tuple[PullRequest, ...]
-    # A test that could not run (a missing module) or skipped all it had fails too.
+    version: str | None = None  # a release (default: the newest pinned, unless a PR series is used)
+    repo: pathlib.Path | None = None  # a clone of upstream: its pull-request series, or --version's tag
+    series: str | None = None  # the pull-request series (default: the project's last one)
+    base: str | None = None  # the commit to build on (default: tag v<version>, or the series' ref)
+    out: pathlib.Path | None = None  # default wheels/upstream/<project>-<version or series>
+    run_checks: bool = True
+    tools: str = "auto"
+    run_tests: bool = True
+    python: str = sys.executable
+    test_timeout: int = DEFAULT_TIMEOUT
     tests_must_run: bool = False
-    not_proposed: tuple[tuple[str, str], ...] = ()  # (patch name, why)
-
-    @property
-    def ok(self) -> bool:
-        """Checks pass and no added test fails; with ``tests_must_run`` every added test also
-        ran and fails on the commit below its change (else it is inconclusive)."""
-        failing = ("failed", "not-run", "skipped") if self.tests_must_run else ("failed",)
-        return not any(c.blocks for c in self.checks) and all(
-            t.outcome not in failing and not (self.tests_must_run and t.shows_no_fix)
-            for t in self.tests
-        )
+    simulated_gpu: bool | None = None  # None: for a pull-request series where torch sees no GPU
+    identity: tuple[str, str] | None = None  # the commits' author (default: the user's git identity)
+    push_to: str | None = None  # push the branches there (a URL or a remote name of ``repo``)
 
 
-# --- PR bodies -------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Source:
+    """What the pipeline builds on: a series, its tree, and how to name them."""
 
-
-def issue_links(patch: Patch, project: str) -> list[str]:
-    """Every Bug*: URL in the patch message, then the project's standing issues."""
-    urls: list[str] = []
-    for line in patch.body.splitlines():
-        match = DEP3_FIELD.match(line)
-        if match and match["name"].startswith("Bug"):
-            urls.extend(match["value"].split())
-    for url in projects.get(project).linked_issues:
-        if url not in urls:
-            urls.append(url)
-    return urls
-
-
-def _issue_ref(url: str, project: str) -> str:
-    match = re.fullmatch(r"https://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)", url)
-    if not match:
-        return url
-    return f"#{match[2]}" if match[1] == projects.get(project).github else f"{match[1]}#{match[2]}"
-
-
-def prose(patch: Patch) -> str:
-    """The message body without DEP-3 lines (why and what, as the author wrote it)."""
-    lines = [line for line in patch.body.splitlines() if not DEP3_FIELD.match(line)]
-    return "\n".join(lines).strip()
-
-
-def latest_bench(repo_root: pathlib.Path) -> tuple[pathlib.Path, Any] | None:
-    found = sorted(repo_root.glob("benchmarks/results/*.json"), key=lambda p: (p.stat().st_mtime, p.name))
-    if not found:
-        return None
-    try:
-        return found[-1], json.loads(found[-1].read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _bench_text(bench: tuple[pathlib.Path, Any] | None) -> str:
-    if bench is None:
-        return "No benchmark results yet (`nox -s bench` writes benchmarks/results/*.json)."
-    path, data = bench
-    text = json.dumps(data, indent=2, sort_keys=True)
-    lines = text.splitlines()
-    if len(lines) > 60:
-        text = "\n".join(lines[:60]) + "\n..."
-    return f"Latest fp4graph benchmark (`{path.name}`):\n\n```json\n{text}\n```"
-
-
-def _test_plan(patch: Patch, result_tests: Sequence[TestRun], project: str) -> str:
-    added = [t for t in result_tests if t.path in patch.files]
-    lines = []
-    for t in added:
-        lines.append(f"- `{t.command}`: {t.outcome}{without_change_note(t)}")
-    if not added:
-        lines.append("- This patch adds no test file; it is covered by the tests of the stack.")
-    lines.append(
-        "- Downstream: fp4graph runs SGLang with piecewise CUDA graphs on SM120 "
-        "(`torch.compile(fullgraph=True)` over the NVFP4 path) with this change applied."
-    )
-    return "\n".join(lines)
-
-
-def without_change_note(t: TestRun) -> str:
-    if t.without_change is None:
-        return ""
-    if t.shows_no_fix:
-        return "; it passes without the change too (it does not show the fix)"
-    return f"; without the change: {t.without_change}"
-
-
-def _check_text(results: Sequence[checks.CheckResult], patch: Patch) -> tuple[bool, str]:
-    """Whether upstream's hooks ran on this patch's files and passed, and what ran."""
-    mine = [c for c in results if set(c.files) & set(patch.files)]
-    if not mine:
-        return False, "No pre-commit hook we run covers the files of this patch (or none ran)."
-    lines = [f"- `{c.command}`: {c.status}" for c in mine]
-    return not any(c.blocks for c in mine), "\n".join(lines)
-
-
-def _sections(template: str) -> list[tuple[str, list[str]]]:
-    sections: list[tuple[str, list[str]]] = [("", [])]
-    for line in template.splitlines():
-        if line.startswith("## "):
-            sections.append((line, []))
-        else:
-            sections[-1][1].append(line)
-    return sections
-
-
-def _tick(lines: list[str], pattern: str) -> list[str]:
-    return [re.sub(r"^- \[ \]", "- [x]", ln) if re.search(pattern, ln, re.I) else ln for ln in lines]
-
-
-def render_body(
-    *,
-    template: str,
-    project: str,
-    patch: Patch,
-    stacked_on: str | None,
-    check_results: Sequence[checks.CheckResult],
-    tests: Sequence[TestRun],
-    bench: tuple[pathlib.Path, Any] | None,
-) -> str:
-    """Fill upstream's PR template from the patch's message and DEP-3 header."""
-    checks_ok, check_text = _check_text(check_results, patch)
-    adds_tests = any(projects.get(project).test_file.match(f) for f in patch.files)
-    tests_ok = all(t.outcome in ("passed",) for t in tests if t.path in patch.files)
-    issues = "\n".join(f"- {_issue_ref(u, project)} ({u})" for u in issue_links(patch, project))
-    files = "\n".join(f"- `{f}`" for f in patch.files)
-    stack = (
-        f"\n\nStacked on `{stacked_on}` (review that PR first; this one adds only its own commit)."
-        if stacked_on else ""
-    )
-    origin = (
-        f"Carried in fp4graph as `{patch.name}` "
-        f"(Forwarded: {patch.fields.get('Forwarded', '?')}, "
-        f"Last-Update: {patch.fields.get('Last-Update', '?')})."
-    )
-    fill = {
-        "description": f"**{patch.subject}**\n\n{prose(patch)}{stack}",
-        "related issues": issues,
-        "motivation": f"{prose(patch)}\n\nRelated issues:\n{issues}{stack}",
-        "modifications": f"{patch.fields.get('Description', patch.subject)}\n\nFiles:\n{files}\n\n"
-        f"Test plan:\n{_test_plan(patch, tests, project)}",
-        "benchmark": _bench_text(bench),
-        "reviewer notes": f"{origin}\n\nChecks run on the touched files:\n{check_text}\n\n"
-        f"{_bench_text(bench)}",
-    }
-    out = []
-    for heading, lines in _sections(template):
-        key = heading.lower()
-        body = [ln for ln in lines]
-        for name, text in fill.items():
-            if name in key:
-                body = [ln for ln in lines if not ln.strip().startswith("<!--")]
-                body = ["", text, *[ln for ln in body if ln.strip()], ""]
-                break
-        if "checklist" in key or "tests" in key:
-            if checks_ok:
-                body = _tick(body, r"run the hooks|format your code")
-            if adds_tests:
-                body = _tick(body, r"tests have been added|add unit tests")
-                if tests_ok:
-                    body = _tick(body, r"all tests are passing")
-        if "tests" in key and "test plan" not in "\n".join(body).lower():
-            body = [*body, "", "Test plan:", _test_plan(patch, tests, project), ""]
-        out.append("\n".join(([heading] if heading else []) + body))
-    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip() + "\n"
-
-
-def read_template(tree: pathlib.Path, project: str) -> tuple[str, str]:
-    for name in (".github/pull_request_template.md", ".github/PULL_REQUEST_TEMPLATE.md"):
-        path = tree / name
-        if path.is_file():
-            return path.read_text(encoding="utf-8"), f"{name} in the tree"
-    known = projects.get(project)
-    return known.pr_template, (
-        f"the section headings of {known.github}'s .github/pull_request_template.md "
-        "(the tree has none)"
-    )
-
-
-# --- tests the patches add -------------------------------------------------------
-
-
-def link_editable_data(root: pathlib.Path, data: projects.EditableData) -> None:
-    """Lay out ``data.directory`` as an editable install does (git-ignored in the repo)."""
-    directory = root / data.directory
-    directory.mkdir(exist_ok=True)
-    for name, source in data.links.items():
-        link = directory / name
-        if (root / source).exists() and not link.exists():
-            link.symlink_to(root / source, target_is_directory=True)
-    exclude = root / ".git" / "info" / "exclude"
-    if not (root / ".git").is_dir():
-        return
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    known = exclude.read_text() if exclude.exists() else ""
-    if f"/{data.directory}/" not in known.splitlines():
-        exclude.write_text(known + f"/{data.directory}/\n")
-
-
-def _all_skipped(output: str) -> bool:
-    """Whether a passing run skipped every test it had (pytest's or unittest's summary)."""
-    if re.search(r"\b\d+ skipped\b", output) and " passed" not in output:
-        return True
-    ran = re.search(r"^Ran (\d+) tests? in ", output, re.M)  # unittest
-    skipped = re.search(r"^OK \(skipped=(\d+)\)$", output, re.M)
-    return ran is not None and (ran[1] == "0" or (skipped is not None and skipped[1] == ran[1]))
-
-
-def run_added_tests(
-    repo: SourceRepo, series: Series, python: str, timeout: int,
-    applied: Sequence[Applied] = (),
-) -> list[TestRun]:
-    """Run each test file the series adds or changes, with ``python``, on this machine; where
-    it passes and ``applied`` names the commit of the patch that adds it, again on the commit
-    below that one with only the file taken over (``TestRun.without_change``)."""
-    project = projects.get(repo.project)
-    if project.editable_data is not None:
-        link_editable_data(repo.path, project.editable_data)
-    paths = sorted({f for p in series.patches for f in p.files if project.test_file.match(f)})
-    runs = []
-    probe = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
-    for rel in paths:
-        if not (repo.path / rel).is_file():
-            continue
-        cmd = [python, rel] if project.tests_run_as == "script" else [
-            python, "-m", "pytest", "-q", "-p", "no:cacheprovider", rel]
-        shown = subprocess.list2cmdline(["python", *cmd[1:]])
-        if probe.returncode != 0:
-            runs.append(TestRun(path=rel, command=shown, outcome="not-run",
-                                output=f"{python} has no torch: {probe.stderr.strip()[-300:]}"))
-            continue
-        log(f"test {shown}")
-        outcome, output = _run_test(repo, cmd, project.test_pythonpath, python, timeout)
-        without = None
-        adding = [a.commit for a in applied if rel in a.patch.files]
-        if outcome == "passed" and adding:
-            log(f"test {shown} on the commit below its change")
-            with files_over(repo.path, f"{adding[-1]}^", adding[-1], [rel]):
-                without, _ = _run_test(repo, cmd, project.test_pythonpath, python, timeout)
-        runs.append(TestRun(path=rel, command=shown, outcome=outcome, output=output[-4000:],
-                            without_change=without))
-    return runs
-
-
-def _run_test(
-    repo: SourceRepo, cmd: list[str], pythonpath: str, python: str, timeout: int
-) -> tuple[str, str]:
-    """(outcome, output) of one test command in the tree as it is checked out."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(repo.path / pythonpath), env.get("PYTHONPATH", "")])
-    try:
-        result = subprocess.run(cmd, cwd=repo.path, env=env, capture_output=True, text=True,
-                                timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return "failed", f"timed out after {timeout}s"
-    output = (result.stdout + result.stderr).strip()
-    missing = re.search(r"ModuleNotFoundError: No module named '([^']+)'", output)
-    if result.returncode != 0 and missing:
-        return "not-run", f"needs {missing[1]!r}, which {python} lacks\n" + output[-2000:]
-    if result.returncode == 0:
-        return ("skipped" if _all_skipped(output) else "passed"), output
-    if result.returncode == 5:
-        return "skipped", output
-    return "failed", output
+    series: Series
+    repo: SourceRepo
+    target: str  # the commit the branches sit on
+    stacked: bool
+    title: str
+    base_note: str
+    series_dir: str
+    not_proposed: dict[str, str]
 
 
 # --- what is not proposed ----------------------------------------------------------
@@ -356,16 +98,31 @@ def _run_test(
 _FLASHINFER_CALL = re.compile(r'getattr\(flashinfer, "(\w+)"|\bflashinfer\.(\w+)\(')
 
 
+# Fixes for a release that upstream's main made moot (a pull request there would change
+# nothing): carried downstream, never proposed.  (project, topic) -> the upstream commit.
+MOOT_ON_MAIN: dict[tuple[str, str], str] = {
+    ("sglang", "deep-gemm-precompile-eager"): (
+        "sgl-project/sglang@1df9edcd015d (#23856, 2026-05-11: the NSA indexer's DeepGEMM call "
+        "became torch.mm, so no compiled caller reaches the pre-compile on main)"
+    ),
+}
+
+
 def not_proposed(settings: Settings, series: Series) -> dict[str, str]:
     """Patches no pull request should carry: upstream already has them (their
-    ``Applied-Upstream:``), or they call a FlashInfer function no pinned FlashInfer
-    release defines (the patch waits for that API upstream)."""
+    ``Applied-Upstream:``), upstream's main made them moot (``MOOT_ON_MAIN``: carried
+    downstream), or they call a FlashInfer function no pinned FlashInfer release defines
+    (the patch waits for that API upstream)."""
     out: dict[str, str] = {}
     newest = None
     for patch in series.patches:
         applied = patch.fields.get("Applied-Upstream", "no").strip()
         if applied.lower() not in ("no", ""):
             out[patch.name] = f"already upstream (Applied-Upstream: {applied})"
+            continue
+        moot = MOOT_ON_MAIN.get((series.project, patch.topic))
+        if moot is not None:
+            out[patch.name] = f"carried downstream: a fix for the release only, moot on main since {moot}"
             continue
         if series.project == "flashinfer-python":
             continue
@@ -388,10 +145,7 @@ def not_proposed(settings: Settings, series: Series) -> dict[str, str]:
     return out
 
 
-# --- the command ------------------------------------------------------------------
-
-
-def test_requirements(settings: Settings, project: str, version: str | None) -> list[str]:
+def release_requirements(settings: Settings, project: str, version: str | None) -> list[str]:
     """What the tests the series adds need installed: the project's test requirements, each
     at the release's pin where its wheel's Requires-Dist names it, and, where the tests import
     the whole release, every runtime requirement besides (Requires-Dist that apply here
@@ -420,202 +174,386 @@ def target_artifact(settings: Settings, project: str, version: str | None) -> Ar
     catalog = load(settings.stacks_file)
     if version is not None:
         return catalog.artifact(project, version)
-    pinned = [a for a in catalog.artifacts.values() if a.project == project]
+    # The newest release a stack serves: a release pinned without one (measured pristine,
+    # tests/models/test_releases.py) is no target for the series' pull requests.
+    served = {key for stack in catalog.stacks for key in stack.artifacts}
+    pinned = [a for a in catalog.artifacts.values() if a.project == project and a.key in served]
     if not pinned:
         raise ConfigError(f"{settings.stacks_file}: no {project} artifact pinned")
     return max(pinned, key=lambda a: Version(a.version))
 
 
-def prepare(
-    settings: Settings,
-    project: str,
-    out: pathlib.Path,
-    *,
-    version: str | None = None,
-    repo: pathlib.Path | None = None,
-    base: str | None = None,
-    run_checks: bool = True,
-    tools: str = "auto",
-    run_tests: bool = True,
-    python: str = sys.executable,
-    test_timeout: int = 900,
-    tests_must_run: bool = False,
-) -> Result:
-    """Build ``out`` (replacing it): the repository, branches, patches, PR bodies, summary."""
-    projects.get(project)  # an unknown project fails here, naming the known ones
-    artifact = target_artifact(settings, project, version)
-    series = nearest_series(settings.patches_dir, project, artifact.version)
-    series.require_complete(topics=False)  # never a PR from a patch rebase could not carry
-    with atomic_directory(out, replace=True) as staging:
-        source = source_repo(settings, artifact, staging / "repo", repo=repo, base=base)
-        applied = am_series(source, series, branch_prefix=BRANCH_PREFIX)
-        touched = sorted({f for p in series.patches for f in p.files})
-        if run_checks:
-            checks_source, check_results = run_upstream_checks(
-                source, touched, tools=tools, cache_dir=settings.cache_dir
-            )
+# --- tests the patches add -------------------------------------------------------------
+
+
+def link_editable_data(root: pathlib.Path, data: projects.EditableData) -> None:
+    """Lay out ``data.directory`` as an editable install does (git-ignored in the repo)."""
+    directory = root / data.directory
+    directory.mkdir(exist_ok=True)
+    for name, source in data.links.items():
+        link = directory / name
+        if (root / source).exists() and not link.exists():
+            link.symlink_to(root / source, target_is_directory=True)
+    exclude = root / ".git" / "info" / "exclude"
+    if not (root / ".git").is_dir():
+        return
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    known = exclude.read_text() if exclude.exists() else ""
+    if f"/{data.directory}/" not in known.splitlines():
+        exclude.write_text(known + f"/{data.directory}/\n")
+
+
+def _all_skipped(output: str) -> bool:
+    """Whether a passing run skipped every test it had (pytest's or unittest's summary)."""
+    if re.search(r"\b\d+ skipped\b", output) and " passed" not in output:
+        return True
+    ran = re.search(r"^Ran (\d+) tests? in ", output, re.M)  # unittest
+    skipped = re.search(r"^OK \(skipped=(\d+)\)$", output, re.M)
+    return ran is not None and (ran[1] == "0" or (skipped is not None and skipped[1] == ran[1]))
+
+
+def _cases(report: pathlib.Path) -> dict[str, str]:
+    if not report.is_file():
+        return {}
+    cases = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        if case.find("failure") is not None or case.find("error") is not None:
+            cases[name] = "failed"
+        elif case.find("skipped") is not None:
+            cases[name] = "skipped"
         else:
-            checks_source, check_results = "not run (--no-checks)", []
-        tests = run_added_tests(source, series, python, test_timeout, applied) if run_tests else []
-        template, template_source = read_template(source.path, project)
-        bench = latest_bench(settings.repo)
-        skipped = not_proposed(settings, series)
-        prs = _write_prs(staging, source, [a for a in applied if a.patch.name not in skipped],
-                         template, check_results, tests, bench)
-        result = Result(
-            project=project, version=artifact.version, series_version=series.version,
-            origin=source.origin, repo=out / "repo", checks_source=checks_source,
-            checks=tuple(check_results), tests=tuple(tests),
-            prs=tuple(dataclasses.replace(
-                pr, patch_file=out / pr.patch_file.relative_to(staging),
-                body_file=out / pr.body_file.relative_to(staging),
-            ) for pr in prs),
-            tests_must_run=tests_must_run, not_proposed=tuple(skipped.items()),
+            cases[name] = "passed"
+    return cases
+
+
+@functools.cache
+def _torch_import_error(python: str) -> str | None:
+    """Why ``python`` cannot import torch (the end of its error), or None; asked once per
+    interpreter, as each answer costs a torch import."""
+    probe = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
+    return None if probe.returncode == 0 else probe.stderr.strip()[-300:]
+
+
+@functools.cache
+def _torch_sees_a_gpu(python: str) -> bool:
+    probe = subprocess.run([python, "-c", "import torch; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True)
+    return probe.stdout.strip() == "True"
+
+
+def _host_note(python: str, simulated_gpu: bool) -> str:
+    found = subprocess.run(
+        [python, "-c", "import torch, platform; print(torch.__version__, platform.python_version(), "
+         "torch.cuda.is_available())"], capture_output=True, text=True)
+    if found.returncode != 0:
+        return "this host"
+    torch_v, py_v, cuda = found.stdout.split()
+    note = f"a host with {'a GPU' if cuda == 'True' else 'no GPU'} (torch {torch_v}, Python {py_v})"
+    if simulated_gpu:
+        note += (", under a simulated GPU: torch's device queries answered as an SM120 card by a "
+                 "test plugin (and in the Python processes the tests start), no kernel runs "
+                 "(simulation)")
+    return note
+
+
+def _simulated_children(scratch: pathlib.Path) -> pathlib.Path:
+    """A directory whose sitecustomize answers torch's device queries as the plugin does,
+    for the Python processes a test starts (``import flashinfer`` in a fresh interpreter)."""
+    directory = scratch / "simulated-gpu"
+    directory.mkdir(exist_ok=True)
+    (directory / "sitecustomize.py").write_text(
+        "from fp4graph.verify import simulate\n\nsimulate.install()\n", encoding="utf-8")
+    return directory
+
+
+_TEST_DEF = re.compile(r"^(?P<indent>\s*)def (?P<name>test\w*)\(")
+
+
+def added_tests(repo: pathlib.Path, commit: str, path: str) -> tuple[str, ...]:
+    """The pytest node ids of the test functions ``commit`` adds to ``path``, a file its
+    parent already has (upstream's own test file, where the change's tests belong); ()
+    for a file the commit adds: all of it is the change's."""
+    if git(repo, "cat-file", "-e", f"{commit}^:{path}", check=False).returncode != 0:
+        return ()
+    lines = git(repo, "show", f"{commit}:{path}").stdout.splitlines()
+    diff = git(repo, "diff", "-U0", f"{commit}^", commit, "--", path).stdout
+    added = {m["name"] for ln in diff.splitlines() if ln.startswith("+")
+             if (m := _TEST_DEF.match(ln[1:]))}
+    ids = []
+    for number, line in enumerate(lines):
+        match = _TEST_DEF.match(line)
+        if not match or match["name"] not in added:
+            continue
+        owner = next((c for c in reversed(lines[:number]) if c.startswith("class ")), None) \
+            if match["indent"] else None
+        owner_name = re.match(r"class (\w+)", owner) if owner else None
+        ids.append("::".join([path, *([owner_name[1]] if owner_name else []), match["name"]]))
+    return tuple(ids)
+
+
+def run_tests(
+    root: pathlib.Path, paths: Mapping[str, Sequence[str]], project: str, python: str, timeout: int,
+    scratch: pathlib.Path, *, simulated_gpu: bool = False,
+) -> list[TestFile]:
+    """Each test file (``paths``: file -> the node ids to run, all of the file where none)
+    with pytest (per-test outcomes) or as a script, from ``root``."""
+    entry = projects.get(project)
+    torch_missing = _torch_import_error(python)
+    runs = []
+    for rel, ids in paths.items():
+        if not (root / rel).is_file():
+            continue
+        report = scratch / (re.sub(r"\W", "_", rel) + ".xml")
+        report.unlink(missing_ok=True)
+        plugin = ["-p", SIMULATED_GPU_PLUGIN] if simulated_gpu else []
+        cmd = [python, rel] if entry.tests_run_as == "script" else [
+            python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin, f"--junitxml={report}",
+            *(ids or [rel])]
+        shown = (f"python {rel}" if entry.tests_run_as == "script"
+                 else "pytest " + " ".join(ids or [rel]))
+        if torch_missing is not None:
+            runs.append(TestFile(path=rel, command=shown, outcome="not-run",
+                                 output=f"{python} has no torch: {torch_missing}"))
+            continue
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [*([str(_simulated_children(scratch))] if simulated_gpu else []),
+             str(root / entry.test_pythonpath), os.environ.get("PYTHONPATH", "")]))
+        log(f"test {shown} (in {root})")
+        try:
+            result = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            runs.append(TestFile(path=rel, command=shown, outcome="failed", output=f"timed out after {timeout}s"))
+            continue
+        output = (result.stdout + result.stderr).strip()
+        missing = re.search(r"ModuleNotFoundError: No module named '([^']+)'", output)
+        cases = _cases(report)
+        if result.returncode not in (0, 5) and missing and not cases:
+            outcome, output = "not-run", f"needs {missing[1]!r}, which {python} lacks\n" + output[-2000:]
+        elif result.returncode == 0:
+            ran = [o for o in cases.values() if o != "skipped"]
+            outcome = "passed" if ran or not (cases or _all_skipped(output)) else "skipped"
+        else:
+            outcome = "skipped" if result.returncode == 5 else "failed"
+        runs.append(TestFile(path=rel, command=shown, outcome=outcome, output=output[-4000:], cases=cases))
+    return runs
+
+
+def _diffstat(repo: pathlib.Path, commit: str) -> tuple[tuple[str, ...], int, int]:
+    files, added, removed = [], 0, 0
+    for line in git(repo, "show", "--numstat", "--format=", commit).stdout.splitlines():
+        a, r, path = line.split("\t", 2)
+        files.append(path)
+        added += int(a) if a.isdigit() else 0
+        removed += int(r) if r.isdigit() else 0
+    return tuple(files), added, removed
+
+
+# --- the pipeline ----------------------------------------------------------------------
+
+
+def _series_entry(settings: Settings, options: UpstreamOptions) -> pullrequests.PullRequestSeries | None:
+    """The pull-request series to use: with ``--repo`` and no ``--version``, when one exists."""
+    if options.repo is None or options.version is not None:
+        return None
+    found = pullrequests.find(settings.stacks_file, options.project, options.series)
+    if found is None and options.series is not None:
+        raise ConfigError(f"{settings.stacks_file}: no [[{pullrequests.TABLE}]] series "
+                          f"{options.series!r} for {options.project}")
+    return found
+
+
+def _release_source(settings: Settings, options: UpstreamOptions, dest: pathlib.Path) -> _Source:
+    artifact = target_artifact(settings, options.project, options.version)
+    series = nearest_series(settings.patches_dir, options.project, artifact.version)
+    series.require_complete(topics=False)  # never a PR from a patch rebase could not carry
+    repo = source_repo(settings, artifact, dest, repo=options.repo, base=options.base)
+    kind = repo.origin.split(" ", 1)[0]
+    base_note = (f"the {repo.project} {repo.version} {kind} (the release as published)"
+                 if kind in ("sdist", "wheel") else f"{repo.project} v{repo.version} ({repo.base[:12]})")
+    return _Source(series=series, repo=repo, target=repo.base, stacked=True,
+                   title=f"{repo.project} {repo.version}", base_note=base_note,
+                   series_dir=f"patches/{repo.project}/{series.version}/"
+                   + ("" if series.version == repo.version else f" (carried onto {repo.version})"),
+                   not_proposed=not_proposed(settings, series))
+
+
+def _pr_series_source(
+    settings: Settings, options: UpstreamOptions, entry: pullrequests.PullRequestSeries, dest: pathlib.Path
+) -> _Source:
+    assert options.repo is not None
+    series = load_series(settings.patches_dir, entry.project, entry.series)
+    if series is None:
+        raise ConfigError(f"{settings.patches_dir / entry.project / entry.series}: no series file")
+    series.require_complete(topics=False)
+    problems = pullrequests.dependency_problems(series)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    repo = clone(options.repo, dest, project=entry.project, version=entry.series, base=entry.source.commit,
+                 origin=f"clone of {options.repo} at {entry.source.ref} {entry.source.commit[:12]}")
+    ref = options.base or entry.source.ref
+    target = _resolve_target(repo.path, ref)
+    return _Source(series=series, repo=repo, target=target, stacked=False,
+                   title=f"{entry.project} {entry.series}", base_note=f"{ref} {target[:12]}",
+                   series_dir=f"patches/{entry.project}/{entry.series}/, cut on {entry.source.repo} "
+                   f"{entry.source.ref} {entry.source.commit[:12]}",
+                   not_proposed=not_proposed(settings, series))
+
+
+def _resolve_target(repo: pathlib.Path, ref: str) -> str:
+    for candidate in (ref, f"origin/{ref}", f"refs/remotes/origin/{ref}"):
+        found = git(repo, "rev-parse", "-q", "--verify", f"{candidate}^{{commit}}", check=False)
+        if found.returncode == 0:
+            return found.stdout.strip()
+    raise ConfigError(f"{repo}: has no {ref!r} (nor origin/{ref}); pass --base COMMIT")
+
+
+def _proposed(branches: Sequence[prbranches.Branch], skipped: dict[str, str]) -> list[PullRequest]:
+    """The branches of proposed patches; each names the unproposed ones below it since the
+    last proposed one, and is stacked on that one's branch (the others' branches go)."""
+    out: list[PullRequest] = []
+    beneath: list[tuple[str, str]] = []
+    for branch in branches:
+        if branch.patch.name in skipped:
+            beneath.append((branch.patch.subject, skipped[branch.patch.name]))
+            continue
+        stacked_on = branch.stacked_on
+        if stacked_on is not None and beneath:
+            stacked_on = out[-1].branch.name if out else None
+        out.append(PullRequest(branch=dataclasses.replace(branch, stacked_on=stacked_on),
+                               files=tuple(branch.patch.files), beneath=tuple(beneath)))
+        beneath = []
+    return out
+
+
+def _check_and_test(
+    settings: Settings, options: UpstreamOptions, source: _Source, pr: PullRequest,
+    hooks: Sequence[checks.Hook], scratch: pathlib.Path, simulated_gpu: bool,
+) -> PullRequest:
+    """On the pull request's own branch: the hooks over its files, its test files with and
+    without its change."""
+    branch, repo = pr.branch, source.repo.path
+    if branch.commit is None or branch.parent is None:
+        return pr
+    files, added, removed = _diffstat(repo, branch.commit)
+    git(repo, "checkout", "-q", "-f", "--detach", branch.commit)
+    results: list[checks.CheckResult] = []
+    if options.run_checks:
+        results = checks.run_hooks(repo, hooks, files, tools=options.tools, cache_dir=settings.cache_dir)
+        if not all(c.ok for c in results):
+            with checkout_at(source.repo, branch.parent) as below:
+                results = checks.mark_upstream_failures(results, hooks, repo, below, tools=options.tools,
+                                                        cache_dir=settings.cache_dir)
+    test_files = {f: added_tests(repo, branch.commit, f) for f in files
+                  if projects.get(source.repo.project).test_file.match(f)}
+    ran: list[TestFile] = []
+    before: list[TestFile] = []
+    if options.run_tests and test_files:
+        def run() -> list[TestFile]:
+            return run_tests(repo, test_files, source.repo.project, options.python, options.test_timeout,
+                             scratch, simulated_gpu=simulated_gpu)
+        ran = run()
+        with files_over(repo, branch.parent, branch.commit, list(test_files)):
+            before = run()
+    return dataclasses.replace(pr, files=files, added_lines=added, removed_lines=removed,
+                               checks=tuple(results), tests=tuple(ran), without_change=tuple(before))
+
+
+def _template(repo: pathlib.Path, commit: str, project: str) -> tuple[str, str]:
+    for name in (".github/pull_request_template.md", ".github/PULL_REQUEST_TEMPLATE.md"):
+        shown = git(repo, "show", f"{commit}:{name}", check=False)
+        if shown.returncode == 0:
+            return shown.stdout, f"{name} at {commit[:12]}"
+    known = projects.get(project)
+    return known.pr_template, (f"the section headings of {known.github}'s "
+                               ".github/pull_request_template.md (the tree has none)")
+
+
+def prepare(settings: Settings, options: UpstreamOptions, out: pathlib.Path) -> Report:
+    """Build ``out`` (replacing it): the repository, branches, format-patch files, bodies, summary."""
+    projects.get(options.project)  # an unknown project fails here, naming the known ones
+    identity = options.identity or user_identity(where=options.repo)
+    entry = _series_entry(settings, options)
+    simulated_gpu = (options.simulated_gpu if options.simulated_gpu is not None
+                     else entry is not None and options.run_tests and not _torch_sees_a_gpu(options.python))
+    with atomic_directory(out, replace=True) as staging:
+        scratch = staging / ".scratch"
+        scratch.mkdir()
+        source = (_release_source(settings, options, staging / "repo") if entry is None
+                  else _pr_series_source(settings, options, entry, staging / "repo"))
+        carried = prbranches.carry(source.repo, source.series, source.target, scratch)
+        branches = prbranches.build(source.repo, carried, source.target, identity, stacked=source.stacked)
+        for branch in branches:
+            if branch.patch.name in source.not_proposed and branch.commit is not None:
+                git(source.repo.path, "branch", "-D", branch.name)
+        editable = projects.get(source.repo.project).editable_data
+        if editable is not None:
+            link_editable_data(source.repo.path, editable)
+        config, checks_source = checks.load_config(source.repo.path, source.repo.project)
+        hooks = checks.hooks_for(config, source.repo.project)
+        prs = [_check_and_test(settings, options, source, pr, hooks, scratch, simulated_gpu)
+               for pr in _proposed(branches, source.not_proposed)]
+        built = [pr.branch.name for pr in prs if pr.branch.commit is not None]
+        git(source.repo.path, "checkout", "-q", "-f", *([built[-1]] if built else ["--detach", source.target]))
+        template, template_source = _template(source.repo.path, source.target, source.repo.project)
+        report = Report(
+            project=source.repo.project, title=source.title, base_note=source.base_note, target=source.target,
+            source_note=source.repo.origin, series_dir=source.series_dir, repo=out / "repo",
+            carried=tuple(carried), prs=tuple(prs), not_proposed=tuple(source.not_proposed.items()),
+            checks_source=checks_source if options.run_checks else "not run (--no-checks)",
+            template_source=template_source, tests_must_run=options.tests_must_run,
+            simulated_gpu=simulated_gpu,
         )
-        _write_summary(staging, result, template_source)
-    return result
+        write_prs(staging, report, template, bench_results(settings.repo),
+                  _host_note(options.python, simulated_gpu))
+        write_summary(staging, report)
+        shutil.rmtree(scratch)
+    return report
 
 
-def run_upstream_checks(
-    source: SourceRepo, touched: Sequence[str], *, tools: str, cache_dir: pathlib.Path
-) -> tuple[str, list[checks.CheckResult]]:
-    """Upstream's hooks on the ``touched`` files; where one fails, whether it fails on
-    upstream's own files too.  Returns where the hooks came from, and the results."""
-    config, checks_source = checks.load_config(source.path, source.project)
-    hooks = checks.hooks_for(config, source.project)
-    results = checks.run_hooks(source.path, hooks, touched, tools=tools, cache_dir=cache_dir)
-    if not all(c.ok for c in results):
-        with checkout_at(source, source.base) as base_tree:
-            results = checks.mark_upstream_failures(
-                results, hooks, source.path, base_tree, tools=tools, cache_dir=cache_dir
-            )
-    return checks_source, results
+def test_requirements(settings: Settings, options: UpstreamOptions) -> list[str]:
+    """What the tests the pull requests add need installed (nothing with ``run_tests`` off)."""
+    if not options.run_tests:
+        return []
+    entry = _series_entry(settings, options)
+    if entry is not None:
+        assert options.repo is not None
+        return commit_requirements(options.repo, entry.source.commit, entry.project)
+    return release_requirements(settings, options.project, options.version)
 
 
-def _write_prs(
-    staging: pathlib.Path,
-    source: SourceRepo,
-    applied: Sequence[Applied],
-    template: str,
-    check_results: Sequence[checks.CheckResult],
-    tests: Sequence[TestRun],
-    bench: tuple[pathlib.Path, Any] | None,
-) -> list[PullRequest]:
-    prs = []
-    previous: str | None = None
-    for item in applied:
-        name = item.patch.topic
-        branch = BRANCH_PREFIX + name.rstrip("-.")
-        pr_dir = staging / "prs" / name
-        pr_dir.mkdir(parents=True)
-        made = git(source.path, "format-patch", "-1", "--no-numbered", "-o", str(pr_dir), item.commit)
-        patch_file = pathlib.Path(made.stdout.strip().splitlines()[-1])
-        if not patch_file.is_absolute():
-            patch_file = source.path / patch_file
-        body = render_body(
-            template=template, project=source.project, patch=item.patch, stacked_on=previous,
-            check_results=check_results, tests=tests, bench=bench,
-        )
-        body_file = pr_dir / "PR.md"
-        body_file.write_text(f"# {item.patch.subject}\n\n{body}", encoding="utf-8")
-        prs.append(PullRequest(
-            patch=item.patch, branch=branch, commit=item.commit, stacked_on=previous,
-            patch_file=patch_file, body_file=body_file,
-        ))
-        previous = branch
-    return prs
+def commit_requirements(repo: pathlib.Path, commit: str, project: str) -> list[str]:
+    """The tests' requirements at ``commit``: the project's own test requirements and the
+    tree's requirements.txt (torch left to the caller's pin)."""
+    entry = projects.get(project)
+    needs = list(entry.test_requirements)
+    shown = git(repo, "show", f"{commit}:requirements.txt", check=False)
+    for raw in shown.stdout.splitlines() if shown.returncode == 0 else []:
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) != "torch":
+            needs.append(str(req))
+    return list(dict.fromkeys(needs))
 
 
-def _write_summary(staging: pathlib.Path, result: Result, template_source: str) -> None:
-    data = {
-        "project": result.project,
-        "version": result.version,
-        "series_version": result.series_version,
-        "source": result.origin,
-        "checks_config": result.checks_source,
-        "pr_template": template_source,
-        "ok": result.ok,
-        "checks": [
-            {"hook": c.hook, "command": c.command, "files": list(c.files), "ok": c.ok,
-             "fails_upstream": c.fails_upstream, "output": c.output}
-            for c in result.checks
-        ],
-        "tests": [dataclasses.asdict(t) for t in result.tests],
-        "not_proposed": [{"patch": n, "why": w} for n, w in result.not_proposed],
-        "prs": [
-            {"patch": pr.patch.name, "subject": pr.patch.subject, "branch": pr.branch,
-             "commit": pr.commit, "stacked_on": pr.stacked_on,
-             "format_patch": str(pr.patch_file.relative_to(result.repo.parent)),
-             "body": str(pr.body_file.relative_to(result.repo.parent))}
-            for pr in result.prs
-        ],
-    }
-    (staging / "summary.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    lines = [
-        f"# {result.project} {result.version}: upstream pull requests",
-        "",
-        f"- source: {result.origin}",
-        f"- series: patches/{result.project}/{result.series_version}/"
-        + ("" if result.series_version == result.version else f" (carried onto {result.version})"),
-        f"- checks config: {result.checks_source}",
-        f"- PR template: {template_source}",
-        "",
-        "| PR | branch | stacked on |",
-        "|---|---|---|",
-        *[f"| {pr.patch.subject} | `{pr.branch}` | {f'`{pr.stacked_on}`' if pr.stacked_on else 'base'} |"
-          for pr in result.prs],
-        "",
-        "## Not proposed",
-        "",
-        *[f"- {name}: {why}" for name, why in result.not_proposed],
-        *(["- (none)"] if not result.not_proposed else []),
-        "",
-        "## Checks",
-        "",
-        *[f"- `{c.command}`: {c.status}" for c in result.checks],
-        *(["- (none ran)"] if not result.checks else []),
-        "",
-        "## Tests the patches add",
-        "",
-        *[f"- `{t.command}`: {t.outcome}{without_change_note(t)}" for t in result.tests],
-        *(["- (none)"] if not result.tests else []),
-        "",
-    ]
-    for c in result.checks:
-        if not c.ok:
-            lines += [f"### {c.hook} output", "", "```", c.output, "```", ""]
-    (staging / "summary.md").write_text("\n".join(lines), encoding="utf-8")
-
-
-def push(result: Result, remote: str, repo: pathlib.Path | None) -> None:
-    """Push every PR branch to ``remote`` (a URL, or a remote name of ``repo``)."""
+def push(report: Report, remote: str, repo: pathlib.Path | None) -> None:
+    """Push every pull request's branch to ``remote`` (a URL, or a remote name of ``repo``)."""
     url = remote
     if repo is not None and not re.search(r"[:/]", remote):
         url = git(repo, "remote", "get-url", remote).stdout.strip()
-    for pr in result.prs:
-        git(result.repo, "push", url, f"{pr.branch}:refs/heads/{pr.branch}")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class UpstreamOptions:
-    """``upstream PROJECT``: the PR branches of a series, checked, optionally pushed."""
-
-    project: str
-    version: str | None = None  # default: the newest pinned version
-    repo: pathlib.Path | None = None  # a local clone of upstream (default: the pinned sdist)
-    base: str | None = None  # the commit to apply the series on (default: tag v<version>)
-    out: pathlib.Path | None = None  # default wheels/upstream/<project>-<version>
-    run_checks: bool = True
-    tools: str = "auto"
-    run_tests: bool = True
-    python: str = sys.executable
-    tests_must_run: bool = False
-    push_to: str | None = None  # push the branches there (a URL or a remote name of ``repo``)
+    for pr in report.prs:
+        if pr.branch.commit is not None:
+            git(report.repo, "push", url, f"{pr.branch.name}:refs/heads/{pr.branch.name}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class UpstreamResult:
-    prepared: Result
+    report: Report
     out: pathlib.Path
     pushed: bool = False
     push_refused: str | None = None  # why nothing was pushed although asked
@@ -626,20 +564,18 @@ def run_upstream(settings: Settings, options: UpstreamOptions) -> UpstreamResult
     """:func:`prepare` into ``out``, then :func:`push` when asked and everything passed."""
     out = options.out
     if out is None:
-        shown = options.version or target_artifact(settings, options.project, None).version
+        entry = _series_entry(settings, options)
+        shown = (entry.series if entry is not None
+                 else options.version or target_artifact(settings, options.project, None).version)
         out = settings.wheels_dir / "upstream" / f"{options.project}-{shown}"
-    prepared = prepare(
-        settings, options.project, out, version=options.version, repo=options.repo, base=options.base,
-        run_checks=options.run_checks, tools=options.tools, run_tests=options.run_tests,
-        python=options.python, tests_must_run=options.tests_must_run,
-    )
-    done = UpstreamResult(prepared=prepared, out=out)
+    report = prepare(settings, options, out)
+    done = UpstreamResult(report=report, out=out)
     if options.push_to is None:
         return done
-    if not prepared.ok:
+    if not report.ok:
         return dataclasses.replace(done, push_refused="checks or tests failed")
     try:
-        push(prepared, options.push_to, options.repo)
+        push(report, options.push_to, options.repo)
     except Fp4graphError as exc:
         return dataclasses.replace(done, push_failure=exc)
     return dataclasses.replace(done, pushed=True)

@@ -46,7 +46,7 @@ from ..model.files import atomic_directory
 from ..model.log import log
 from ..model.series import SERIES_FILE, UNRESOLVED, Patch, Series, load_series
 from ..model.stacks import load
-from .sources import SourceRepo, clone, git, git_env, source_repo
+from .sources import SourceRepo, clone, git, git_env, identity_env, source_repo, with_author
 
 _LAST_UPDATE = re.compile(r"^Last-Update: .*$", re.M)
 BASE_REF = "refs/fp4graph/base"  # B's pristine commit, in the work repository
@@ -59,17 +59,23 @@ class Applied:
     commit: str
 
 
-def am_series(repo: SourceRepo, series: Series, *, branch_prefix: str | None = None) -> list[Applied]:
+def am_series(
+    repo: SourceRepo, series: Series, *, identity: tuple[str, str] | None = None
+) -> list[Applied]:
     """``git am -3`` each patch of ``series`` onto ``repo``; one commit per patch.
 
     Author, date and message come from the patch; the committer is fixed so the
-    commit ids are reproducible.  With ``branch_prefix``, a branch
-    ``<prefix><topic>`` marks each patch's commit (a stack of PR branches).
+    commit ids are reproducible.  With ``identity``, it is the author and committer
+    of every commit instead (pull-request commits carry their user's identity).
     A conflict aborts the ``git am`` and raises naming the patch and the files.
     """
     applied = []
     for patch in series.patches:
-        result = git(repo.path, "am", "-3", "--keep-cr", str(patch.path.resolve()), check=False)
+        if identity is None:
+            result = git(repo.path, "am", "-3", "--keep-cr", str(patch.path.resolve()), check=False)
+        else:
+            result = git(repo.path, "am", "-3", "--keep-cr", check=False, env=identity_env(identity),
+                         input=with_author(patch.path.read_text(encoding="utf-8"), identity))
         if result.returncode != 0:
             unmerged = git(repo.path, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
             git(repo.path, "am", "--abort", check=False)
@@ -84,8 +90,6 @@ def am_series(repo: SourceRepo, series: Series, *, branch_prefix: str | None = N
                 "or fix the patch by hand."
             )
         sha = git(repo.path, "rev-parse", "HEAD").stdout.strip()
-        if branch_prefix is not None:
-            git(repo.path, "branch", "-f", branch_prefix + patch.topic.rstrip("-."), sha)
         applied.append(Applied(patch=patch, commit=sha))
     return applied
 

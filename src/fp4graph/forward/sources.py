@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import tarfile
@@ -28,6 +29,8 @@ from ..model.log import log
 from ..model.stacks import Artifact, ArtifactFile
 from ..wheels.fetch import fetch
 
+# The pristine import commit of an sdist (not a change anyone authored) and the
+# committer of work repositories; pull-request commits carry the user's identity.
 IDENTITY = ("fp4graph", "fp4graph@users.noreply.github.com")
 FIXED_DATE = "2000-01-01T00:00:00+0000"
 
@@ -74,6 +77,46 @@ def git(
             + (result.stderr.strip() or result.stdout.strip())
         )
     return result
+
+
+_IDENT = re.compile(r"^\s*(?P<name>[^<>]*?)\s*<(?P<email>[^<>\s]+)>")
+
+
+def user_identity(given: str | None = None, where: pathlib.Path | None = None) -> tuple[str, str]:
+    """The identity pull-request commits carry: ``given`` ("Name <email>"), else the user's
+    own git identity (``git var GIT_AUTHOR_IDENT``: GIT_AUTHOR_* or user.name/user.email)."""
+    if given is not None:
+        match = _IDENT.fullmatch(given.strip())
+        if not match or not match["name"]:
+            raise Fp4graphError(f"--author {given!r}: expected 'Name <email>'")
+        return match["name"], match["email"]
+    found = subprocess.run(["git", "var", "GIT_AUTHOR_IDENT"], capture_output=True, text=True,
+                           cwd=where if where is not None and where.is_dir() else None)
+    match = _IDENT.match(found.stdout) if found.returncode == 0 else None
+    if not match or not match["name"]:
+        raise Fp4graphError(
+            "no git identity for the pull-request commits: set `git config user.name` and "
+            "`git config user.email`, or pass --author 'Name <email>'"
+        )
+    return match["name"], match["email"]
+
+
+def identity_env(identity: tuple[str, str], date: str | None = FIXED_DATE) -> dict[str, str]:
+    """:func:`git_env` with ``identity`` as author and committer."""
+    env = git_env(date)
+    env.update(GIT_AUTHOR_NAME=identity[0], GIT_AUTHOR_EMAIL=identity[1],
+               GIT_COMMITTER_NAME=identity[0], GIT_COMMITTER_EMAIL=identity[1])
+    return env
+
+
+_FROM = re.compile(r"^From: .*\n(?:[ \t].*\n)*", re.M)
+
+
+def with_author(patch_text: str, identity: tuple[str, str]) -> str:
+    """A ``git format-patch`` file with its ``From:`` header set to ``identity``."""
+    head, sep, rest = patch_text.partition("\n\n")
+    head = _FROM.sub(lambda _: f"From: {identity[0]} <{identity[1]}>\n", head + "\n", count=1)
+    return head.rstrip("\n") + sep + rest
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

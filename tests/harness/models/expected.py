@@ -1,9 +1,12 @@
 """What a whole-model report must show, shared by the tests of tests/models: the ops
 sglang's piecewise graphs hold (captured or split), the replay's batch size and the NSA
-half of a patched DSA (GLM-5 / DeepSeek-V3.2) report."""
+half of a patched DSA (GLM-5 / DeepSeek-V3.2) report; what each sglang release measured
+pristine (without a stack) does with each family (:data:`PRISTINE_RELEASES`)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -56,3 +59,87 @@ def assert_nsa(stack: SglangStack, report: dict[str, Any]) -> None:
     assert replay["kernel_rows"]["deep_gemm::fp8_mqa_logits"] == [REPLAY_TOKENS], replay
     for kernel in ("sgl_kernel::sparse_prefill_fwd", "sgl_kernel::fast_topk_transform_ragged_fused"):
         assert replay["kernel_rows"].get(kernel, [REPLAY_TOKENS]) == [REPLAY_TOKENS], replay
+
+
+# --- sglang releases measured pristine (pinned in patches/stacks.toml without a stack) --
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What the whole-model simulation measured for a family on a pristine release, with
+    the release's torch.compile piecewise runner selected as a user selects it there.
+
+    ``error`` empty: works pristine (0 graph breaks, the fp4 ops in captured pieces);
+    otherwise the first error's text holds ``error`` and its traceback ``where``
+    (``file", line N``).  ``piecewise_off``: the release's own decision that keeps the
+    family out of piecewise unless enforced (file:line); the family is traced as if it
+    were on (``--enforce-piecewise-cuda-graph``)."""
+
+    error: str = ""
+    where: str = ""
+    piecewise_off: str = ""
+
+    @property
+    def works(self) -> bool:
+        return not self.error and not self.piecewise_off
+
+
+WORKS = Outcome()
+
+
+@dataclasses.dataclass(frozen=True)
+class PristineRelease:
+    """An sglang release measured pristine: its pins (from the wheel's METADATA, checked
+    against it), the prefill CUDA graph backend it starts with, and one
+    :class:`Outcome` per family it has (``fp4graph.model.families``)."""
+
+    flashinfer: str
+    torch: str
+    transformers: str
+    default_prefill: str
+    families: Mapping[str, Outcome]
+
+
+# sglang 0.5.12.post1 wraps flashinfer.fp4_quantize in its own op (fp4_utils.py) and turns
+# piecewise off for NSA (DSA) models: configs/model_config.py:1558 lists their
+# architectures, server_args.py:1309 disables piecewise for them.  Enforced, the attention
+# split op's schema lacks topk_indices (PR #23351 is upstream from 0.5.13).
+_NSA_0512 = Outcome(
+    error="sglang::unified_attention_with_output() expected at most",
+    where='srt/layers/radix_attention.py", line 133',
+    piecewise_off="configs/model_config.py:1558 (piecewise_cuda_graph_disabled_model_archs), "
+                  "server_args.py:1309",
+)
+
+PRISTINE_RELEASES: dict[str, PristineRelease] = {
+    "0.5.12.post1": PristineRelease(
+        flashinfer="0.6.11.post1", torch="2.11.0", transformers="5.6.0",
+        default_prefill="piecewise (torch.compile, PiecewiseCudaGraphRunner), on by default",
+        families={
+            "llama": WORKS, "qwen3": WORKS, "qwen3-moe": WORKS, "deepseek-v3": WORKS,
+            "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS,
+            "glm5": _NSA_0512, "deepseek-v3.2": _NSA_0512,
+        },
+    ),
+    # PR #23351 upstream: NSA models in piecewise, the indexer's top-k a split op.
+    "0.5.13.post1": PristineRelease(
+        flashinfer="0.6.12", torch="2.11.0", transformers="5.8.1",
+        default_prefill="piecewise (torch.compile, PiecewiseCudaGraphRunner), on by default",
+        families={
+            "llama": WORKS, "qwen3": WORKS, "qwen3-moe": WORKS, "deepseek-v3": WORKS,
+            "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS, "glm5": WORKS, "deepseek-v3.2": WORKS,
+        },
+    ),
+}
+
+
+def pristine_release(sglang: str) -> PristineRelease:
+    """The measured row of ``sglang``; a release pinned without a stack has to have one."""
+    try:
+        return PRISTINE_RELEASES[sglang]
+    except KeyError:
+        raise KeyError(
+            f"sglang {sglang} is pinned in patches/stacks.toml without a stack, and "
+            "tests/harness/models/expected.py PRISTINE_RELEASES has no row for it: measure it "
+            "(tests/models/test_releases.py, FP4GRAPH_MODELS=full) and add the row"
+        ) from None

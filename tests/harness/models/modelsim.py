@@ -48,7 +48,10 @@ Stand-ins, and only these (tests/harness/models/stand_ins.py):
    Meta kernels (no-op for ops writing into ``Tensor!`` outputs, shapes from the C++
    source for ops returning tensors, the device's answer for ops without tensor
    arguments; a fake sglang registers itself replaces the Meta kernel); the Python
-   packages ``sgl_kernel`` and ``deep_gemm`` are the pinned wheel's own;
+   packages ``sgl_kernel`` and ``deep_gemm`` are the pinned wheel's own; from sglang
+   0.5.12 DeepGEMM is its own wheel (sgl-deep-gemm, a tvm-ffi module): its Python is
+   the pinned wheel's, its compiled ``_C`` a module of functions recorded like the ops
+   above (``stand_ins.TvmFfiDeepGemm``: same shapes, untraceable as a tvm-ffi function is);
 4. JIT-compiled kernels: FlashInfer's JIT build/load and cubin downloads
    (tests/flashinfer stand-ins: no-op kernels, the fused-MoE runner object),
    sglang.jit_kernel's ``tvm_ffi.cpp.load_inline`` / ``load`` (no-op kernels), Triton
@@ -255,6 +258,7 @@ class Built:
     moe_runner_backend: str
     case: dict[str, Any]
     nsa: bool = False
+    piecewise_by_default: bool | None = None
 
 
 def write_checkpoint_dir(family: dict[str, Any], root: str) -> str:
@@ -291,6 +295,21 @@ def server_args_for(case: dict[str, Any], model_path: str) -> Any:
     kwargs.update(case["family"].get("server_args", {}))
     kwargs.update(case.get("server_args", {}))
     return ServerArgs(**{k: v for k, v in kwargs.items() if k in fields})
+
+
+def piecewise_by_default(case: dict[str, Any], model_path: str) -> bool:
+    """Whether the release's own ``ServerArgs`` keeps piecewise CUDA graph on for the case's
+    model when the user does not enforce it (the family row's
+    ``enforce_piecewise_cuda_graph`` dropped): sglang 0.5.10 ... 0.5.12 turn it off for
+    NSA models (``is_piecewise_cuda_graph_disabled_model``), which the cases then trace as
+    if it were on."""
+    family = dict(case["family"])
+    family["server_args"] = {k: v for k, v in family.get("server_args", {}).items()
+                             if k != "enforce_piecewise_cuda_graph"}
+    args = server_args_for({**case, "family": family}, model_path)
+    if hasattr(args, "disable_piecewise_cuda_graph"):  # 0.5.10 ... 0.5.13: on unless turned off
+        return not args.disable_piecewise_cuda_graph
+    return bool(args.enable_piecewise_cuda_graph)  # 0.5.8 ... 0.5.9: opt-in (server_args_for opts in)
 
 
 def _free_port() -> int:
@@ -558,13 +577,23 @@ def memory_pools(server_args: Any, model_config: Any, dtype: Any) -> tuple[Any, 
     return req_to_token, kv, allocator
 
 
+def dsa_name(module: Any, nsa: str, dsa: str) -> Any:
+    """``module.<nsa>``, or its 0.5.13+ name ``<dsa>`` (NSA became DSA in sglang's names)."""
+    return getattr(module, nsa) if hasattr(module, nsa) else getattr(module, dsa)
+
+
 def nsa_memory_pools(runner: Any) -> None:
     """The pools of an NSA (DSA) model, built by sglang's own classes with the arguments
     ``ModelRunnerKVCacheMixin.init_memory_pool`` passes (its sizes: :func:`memory_pools`):
     ``ReqToTokenPool`` and ``NSATokenToKVPool`` (paged latent cache + the indexer's fp8
     k cache with scales); the KV cache dtype from ``ModelRunner.configure_kv_cache_dtype``."""
-    from sglang.srt.configs.model_config import get_nsa_index_head_dim
-    from sglang.srt.mem_cache.memory_pool import NSATokenToKVPool, ReqToTokenPool
+    from sglang.srt.configs import model_config
+    from sglang.srt.mem_cache import memory_pool
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+
+    # sglang 0.5.13 renamed NSA to DSA (PR #23351's release).
+    index_head_dim = dsa_name(model_config, "get_nsa_index_head_dim", "get_dsa_index_head_dim")
+    token_to_kv_pool = dsa_name(memory_pool, "NSATokenToKVPool", "DSATokenToKVPool")
 
     size, tokens, context = 64, 4096, 4096
     config = runner.model_config
@@ -575,7 +604,7 @@ def nsa_memory_pools(runner: Any) -> None:
         runner.req_to_token_pool = ReqToTokenPool(
             size=size, max_context_len=context + 4, device="cuda", enable_memory_saver=False
         )
-        runner.token_to_kv_pool = NSATokenToKVPool(
+        runner.token_to_kv_pool = token_to_kv_pool(
             size=tokens,
             page_size=runner.page_size,
             dtype=runner.kv_cache_dtype,
@@ -587,7 +616,7 @@ def nsa_memory_pools(runner: Any) -> None:
             enable_memory_saver=False,
             start_layer=runner.start_layer,
             end_layer=runner.end_layer,
-            index_head_dim=get_nsa_index_head_dim(config.hf_config),
+            index_head_dim=index_head_dim(config.hf_config),
         )
     runner.max_total_num_tokens = tokens
     kv = runner.token_to_kv_pool
@@ -603,8 +632,10 @@ def nsa_attention_backend(runner: Any) -> Any:
         return runner._get_attention_backend()
 
 
-def attention_backend() -> Any:
-    """An AttentionBackend subclass standing in for the attention kernels."""
+def attention_backend(req_to_token_pool: Any = None, token_to_kv_pool: Any = None) -> Any:
+    """An AttentionBackend subclass standing in for the attention kernels; it holds the
+    runner's pools, as sglang's backends do (0.5.13+ models read the KV pool through the
+    forward context's attention backend)."""
     import torch
     from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 
@@ -613,6 +644,8 @@ def attention_backend() -> Any:
 
         def __init__(self) -> None:
             self.calls: list[str] = []
+            self.req_to_token_pool = req_to_token_pool
+            self.token_to_kv_pool = token_to_kv_pool
 
         def init_forward_metadata(self, forward_batch: Any) -> None:
             pass
@@ -693,7 +726,7 @@ def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
         token_to_kv_pool=kv,
         token_to_kv_pool_allocator=allocator,
         max_total_num_tokens=kv.size,
-        attn_backend=attention_backend(),
+        attn_backend=attention_backend(req_to_token, kv),
         decode_attn_backend_group=[],
         tp_group=get_tp_group(),
         pp_group=get_pp_group(),
@@ -709,7 +742,13 @@ def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
         device_timer=None,
         enable_elastic_ep=False,
         msprobe_debugger=None,
+        # 0.5.13: install_canary's answer with the KV canary off (its default)
+        canary_manager=None,
     )
+    import sglang.srt.model_executor.model_runner as model_runner_module
+
+    if hasattr(model_runner_module, "_UNSET"):  # 0.5.13: resolved on first use
+        attrs["_linear_attn_registry_cache"] = model_runner_module._UNSET
     attrs["support_pp"] = "pp_proxy_tensors" in inspect.signature(model.forward).parameters
     runner.__dict__.update(attrs)
     # State ModelRunner.initialize() derives on the way (release methods).
@@ -729,6 +768,7 @@ def build(case: dict[str, Any]) -> Built:
     from sglang.srt.server_args import set_global_server_args_for_scheduler
 
     path = write_checkpoint_dir(case["family"], _STATE["tmp"])
+    by_default = piecewise_by_default(case, path)
     server_args = server_args_for(case, path)
     set_global_server_args_for_scheduler(server_args)
     model_config = ModelConfig.from_server_args(server_args)
@@ -743,16 +783,17 @@ def build(case: dict[str, Any]) -> Built:
     with host_is_device(), torch.device("cpu"), device_tensors_fake():
         model = loader.load_model(model_config=model_config, device_config=DeviceConfig("cpu"))
     to_fake_cuda(model)
-    from sglang.srt.configs.model_config import is_deepseek_nsa
+    from sglang.srt.configs import model_config as model_configs
     from sglang.srt.layers.moe.utils import get_moe_runner_backend
 
     runner = model_runner(server_args, model_config, model)
-    nsa = is_deepseek_nsa(model_config.hf_config)
+    nsa = dsa_name(model_configs, "is_deepseek_nsa", "is_deepseek_dsa")(model_config.hf_config)
     if nsa:
         nsa_memory_pools(runner)
         runner.attn_backend = nsa_attention_backend(runner)
     return Built(
         nsa=nsa,
+        piecewise_by_default=by_default,
         model=model,
         runner=runner,
         server_args=server_args,
@@ -850,6 +891,7 @@ def capture(built: Built) -> dict[str, Any]:
         "speculative_algorithm": getattr(built.server_args, "speculative_algorithm", None),
         "ok": True,
         "stage": None,
+        "piecewise_by_default": built.piecewise_by_default,
     }
     if built.nsa:
         result["nsa"] = nsa_report(built)
@@ -971,6 +1013,17 @@ def speculative_prefill(built: Built, num_tokens: int) -> dict[str, Any]:
     return out
 
 
+def runner_forward_context(runner: Any) -> Any:
+    """The context ``ModelRunner._forward_raw`` publishes around every forward (sglang
+    0.5.13+: ``forward_context(ForwardContext(attn_backend=...))``, which the model's DSA
+    attention reads); nothing on releases without one."""
+    try:
+        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+    except ImportError:
+        return contextlib.nullcontext()
+    return forward_context(ForwardContext(attn_backend=runner.attn_backend))
+
+
 def replay(built: Built, num_tokens: int) -> dict[str, Any]:
     """One replay of the captured piecewise graphs for a batch of ``num_tokens`` (not a
     capture size: the runner pads it to the next one), as ``ModelRunner.forward_extend``
@@ -981,7 +1034,7 @@ def replay(built: Built, num_tokens: int) -> dict[str, Any]:
     pcg = built.runner.piecewise_cuda_graph_runner
     first = len(stand_ins.KERNEL_SHAPES)
     calls = len(stand_ins.SPLIT_OP_CALLS)
-    with fake_mode(), torch.no_grad():
+    with fake_mode(), torch.no_grad(), runner_forward_context(built.runner):
         batch = extend_batch(built.runner, num_tokens)
         assert pcg.can_run(batch), f"the piecewise runner refuses a {num_tokens}-token extend batch"
         output = pcg.replay(batch)
@@ -1045,8 +1098,8 @@ def nsa_report(built: Built) -> dict[str, Any]:
     backend = built.runner.attn_backend
     return {
         "backend": type(backend).__name__,
-        "prefill": getattr(args, "nsa_prefill_backend", None),
-        "decode": getattr(args, "nsa_decode_backend", None),
+        "prefill": getattr(args, "nsa_prefill_backend", getattr(args, "dsa_prefill_backend", None)),
+        "decode": getattr(args, "nsa_decode_backend", getattr(args, "dsa_decode_backend", None)),
         "kv_cache_dtype": args.kv_cache_dtype,
         "page_size": args.page_size,
         "kv_pool": type(built.runner.token_to_kv_pool).__name__,

@@ -11,7 +11,10 @@ wheels are 0.3-0.5 GB, so the simulation uses:
   signature have no text and are listed by name), the same for the libraries NSA
   models call (:data:`EXTRA_LIBRARIES`: FA3's ``flash_ops``, FlashMLA's ``flashmla_ops``
   and DeepGEMM's ``deep_gemm_cpp``, which the wheel bundles), and every Python file of the
-  ``sgl_kernel`` and ``deep_gemm`` packages with its offset in the wheel and its sha256;
+  ``sgl_kernel`` and ``deep_gemm`` packages with its offset in the wheel and its sha256
+  (sglang 0.5.12+ pin DeepGEMM as its own wheel, ``sgl-deep-gemm``, a tvm-ffi module no
+  longer bundled: the record names it as a companion, ``--with``, whose Python files it
+  lists the same way, and records no ``deep_gemm_cpp`` schemas);
 * at test time, only those Python files, read out of the pinned wheel on PyPI with
   HTTP range requests (about 200 KB), each checked against its recorded sha256.
 
@@ -19,6 +22,7 @@ Regenerate a record (downloads the whole wheel once, checks its sha256 against
 PyPI's)::
 
     python tests/harness/models/sgl_kernel_ops.py generate sglang-kernel==0.4.2
+    python tests/harness/models/sgl_kernel_ops.py generate sglang-kernel==0.4.2.post2 --with sgl-deep-gemm==0.1.0
 
 The child side turns the schemas into ``torch.library`` definitions with Meta kernels
 (``stand_ins.install_sgl_kernel_ops``).
@@ -40,6 +44,7 @@ import urllib.parse
 import urllib.request
 import zipfile
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -79,6 +84,30 @@ def kernel_requirement(sglang_tree: pathlib.Path) -> tuple[str, str]:
     if not found:
         raise SglKernelError(f"{metadata}: no sgl-kernel / sglang-kernel == pin")
     return found.group(1).replace("_", "-"), found.group(2)
+
+
+# Wheels sglang pins beside sgl-kernel whose Python a record carries (``--with``).
+_COMPANION_REQUIREMENT = re.compile(r"^Requires-Dist: (sgl[-_]deep[-_]gemm)==([^\s;]+)", re.M)
+
+
+def companion_requirements(sglang_tree: pathlib.Path) -> list[str]:
+    """The ``project==version`` companions an unpacked sglang wheel pins (sgl-deep-gemm,
+    sglang 0.5.12+); its sgl-kernel record must carry each (:func:`check_companions`)."""
+    metadata = next(sglang_tree.glob("sglang-*.dist-info/METADATA"))
+    return [f"{m.group(1).replace('_', '-')}=={m.group(2)}" for m in _COMPANION_REQUIREMENT.finditer(metadata.read_text())]
+
+
+def check_companions(project: str, version: str, sglang_tree: pathlib.Path) -> None:
+    """The record of ``project==version`` carries exactly the companions sglang pins."""
+    record = load_record(project, version)
+    have = sorted(f"{c['project']}=={c['version']}" for c in record.get("companions", []))
+    wanted = sorted(companion_requirements(sglang_tree))
+    if have != wanted:
+        raise SglKernelError(
+            f"{record_path(project, version).relative_to(REPO)} carries {have or 'no companions'}, "
+            f"the sglang of {sglang_tree.name} pins {wanted}: regenerate it with "
+            f"`{GENERATE} {project}=={version}" + "".join(f" --with {c}" for c in wanted) + "`"
+        )
 
 
 def load_record(project: str, version: str) -> dict[str, Any]:
@@ -145,29 +174,48 @@ def schemas_of(library: bytes) -> list[str]:
     return [found[name] for name in sorted(found)]
 
 
-def generate(requirement: str, cache: pathlib.Path) -> pathlib.Path:
+def _python_entries(z: zipfile.ZipFile) -> list[dict[str, Any]]:
+    """Every Python file of :data:`PACKAGES` in an open wheel: its place in the wheel, its sha256."""
+    out = []
+    for info in z.infolist():
+        if info.filename.startswith(PACKAGES) and info.filename.endswith(".py"):
+            data = z.read(info)
+            out.append(
+                {
+                    "name": info.filename,
+                    "offset": info.header_offset,
+                    "compressed_size": info.compress_size,
+                    "method": info.compress_type,
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                }
+            )
+    return out
+
+
+def _companion(requirement: str, cache: pathlib.Path) -> dict[str, Any]:
+    """A wheel sglang pins beside sgl-kernel whose Python the record also carries
+    (sgl-deep-gemm: DeepGEMM as a tvm-ffi module, from sglang 0.5.12)."""
+    project, _, version = requirement.partition("==")
+    wheel = _pypi_wheel(project, version)
+    with zipfile.ZipFile(_download(wheel, cache)) as z:
+        return {"project": project, "version": version, "wheel": wheel, "python": _python_entries(z)}
+
+
+def generate(requirement: str, cache: pathlib.Path, companions: Sequence[str] = ()) -> pathlib.Path:
     project, _, version = requirement.partition("==")
     wheel = _pypi_wheel(project, version)
     path = _download(wheel, cache)
-    python = []
     with zipfile.ZipFile(path) as z:
         library = z.read(LIBRARY)
+        # sglang-kernel 0.4.2.post2+ no longer bundles DeepGEMM (sglang pins sgl-deep-gemm, a
+        # tvm-ffi module, instead): a library the wheel lacks is not recorded.
+        present = set(z.namelist())
         extra = [
             {"library": name, "namespace": namespace, "module": module, "schemas": schemas_of(z.read(name))}
             for name, namespace, module in EXTRA_LIBRARIES
+            if name in present
         ]
-        for info in z.infolist():
-            if info.filename.startswith(PACKAGES) and info.filename.endswith(".py"):
-                data = z.read(info)
-                python.append(
-                    {
-                        "name": info.filename,
-                        "offset": info.header_offset,
-                        "compressed_size": info.compress_size,
-                        "method": info.compress_type,
-                        "sha256": hashlib.sha256(data).hexdigest(),
-                    }
-                )
+        python = _python_entries(z)
     schemas = schemas_of(library)
     record = {
         "generated_by": f"{GENERATE} {project}=={version}",
@@ -180,6 +228,9 @@ def generate(requirement: str, cache: pathlib.Path) -> pathlib.Path:
         "extra_libraries": extra,
         "python": python,
     }
+    if companions:
+        record["companions"] = [_companion(c, cache) for c in companions]
+        record["generated_by"] += "".join(f" --with {c}" for c in companions)
     out = record_path(project, version)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
@@ -222,16 +273,11 @@ def _member(blob: bytes, entry: dict[str, Any]) -> bytes:
     raise SglKernelError(f"{entry['name']}: zip method {entry['method']} not supported")
 
 
-def python_tree(project: str, version: str, cache: pathlib.Path) -> pathlib.Path:
-    """A directory holding the pinned wheel's ``sgl_kernel`` and ``deep_gemm`` Python
-    files (no libraries)."""
-    record = load_record(project, version)
-    files = hashlib.sha256(json.dumps(record["python"], sort_keys=True).encode()).hexdigest()
-    root = cache / "sgl-kernel-python" / f"{project}-{version}-{record['wheel']['sha256'][:16]}-{files[:8]}"
-    if (root / ".complete").is_file():
-        return root
-    local = cache / "sgl-kernel" / record["wheel"]["filename"]
-    entries = record["python"]
+def _extract_python(wheel: dict[str, Any], tmp: pathlib.Path, cache: pathlib.Path, record_name: str) -> None:
+    """The Python files a record lists of one wheel (``wheel``: the record or one of its
+    companions), read from the wheel ``generate`` downloaded or by range requests."""
+    local = cache / "sgl-kernel" / wheel["wheel"]["filename"]
+    entries = wheel["python"]
     if local.is_file():  # a wheel downloaded by `generate`
         with local.open("rb") as f:
             blobs = []
@@ -240,18 +286,32 @@ def python_tree(project: str, version: str, cache: pathlib.Path) -> pathlib.Path
                 blobs.append(f.read(30 + 1024 + e["compressed_size"]))
     else:
         spans = [(e["offset"], e["offset"] + 30 + 1024 + e["compressed_size"]) for e in entries]
-        blobs = _ranges(record["wheel"]["url"], spans)
-    tmp = pathlib.Path(tempfile.mkdtemp(dir=cache, prefix="sgl-kernel-python-"))
+        blobs = _ranges(wheel["wheel"]["url"], spans)
     for entry, blob in zip(entries, blobs, strict=True):
         data = _member(blob, entry)
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise SglKernelError(
-                f"{record['wheel']['filename']}: {entry['name']} does not match the sha256 in "
-                f"{record_path(project, version).name}"
+                f"{wheel['wheel']['filename']}: {entry['name']} does not match the sha256 in {record_name}"
             )
         target = tmp / entry["name"]
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
+
+
+def python_tree(project: str, version: str, cache: pathlib.Path) -> pathlib.Path:
+    """A directory holding the pinned wheel's ``sgl_kernel`` and ``deep_gemm`` Python
+    files (no libraries)."""
+    record = load_record(project, version)
+    wheels = [record, *record.get("companions", [])]
+    files = hashlib.sha256(json.dumps([w["python"] for w in wheels], sort_keys=True).encode()).hexdigest()
+    if "companions" not in record:  # the key trees had before companions existed
+        files = hashlib.sha256(json.dumps(record["python"], sort_keys=True).encode()).hexdigest()
+    root = cache / "sgl-kernel-python" / f"{project}-{version}-{record['wheel']['sha256'][:16]}-{files[:8]}"
+    if (root / ".complete").is_file():
+        return root
+    tmp = pathlib.Path(tempfile.mkdtemp(dir=cache, prefix="sgl-kernel-python-"))
+    for wheel in wheels:
+        _extract_python(wheel, tmp, cache, record_path(project, version).name)
     (tmp / ".complete").write_text(record["wheel"]["sha256"] + "\n")
     root.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -268,11 +328,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="write data/<project>-<version>.json from the PyPI wheel")
     gen.add_argument("requirement", help="e.g. sgl-kernel==0.3.21 or sglang-kernel==0.4.2")
+    gen.add_argument("--with", dest="companions", action="append", default=[],
+                     help="a wheel sglang pins beside it whose Python is needed too, e.g. sgl-deep-gemm==0.1.0")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO / "src"))
     from fp4graph.model.config import default_cache_dir
 
-    out = generate(args.requirement, default_cache_dir() / "sgl-kernel")
+    out = generate(args.requirement, default_cache_dir() / "sgl-kernel", args.companions)
     print(out)
     return 0
 

@@ -54,6 +54,22 @@ def sglang_stacks() -> list[SglangStack]:
     return [SglangStack(name, v["sglang"], v["flashinfer-python"]) for name, v in versions]
 
 
+def pristine_releases() -> list[SglangStack]:
+    """Every sglang release pinned in patches/stacks.toml without a stack (``pin --no-stack``:
+    measured pristine, nothing shipped), paired with the flashinfer of its measured row
+    (:data:`expected.PRISTINE_RELEASES`; a release without a row raises), oldest first."""
+    from harness.models import expected
+
+    catalog = load(REPO / "patches" / "stacks.toml")
+    in_stacks = {key for s in catalog.stacks for key in s.artifacts}
+    out = []
+    for key, artifact in catalog.artifacts.items():
+        if artifact.project == "sglang" and key not in in_stacks:
+            row = expected.pristine_release(artifact.version)
+            out.append(SglangStack(f"sglang-{artifact.version}", artifact.version, row.flashinfer))
+    return sorted(out, key=lambda s: Version(s.sglang))
+
+
 def stack(name: str) -> SglangStack:
     for s in sglang_stacks():
         if s.name == name:
@@ -86,6 +102,7 @@ def trees(
         "flashinfer-python", target.flashinfer, patched=patched and target.has_series("flashinfer-python")
     )
     project, version = sgl_kernel_ops.kernel_requirement(sglang)
+    sgl_kernel_ops.check_companions(project, version, sglang)
     cache = config.default_cache_dir()
     kernel = sgl_kernel_ops.python_tree(project, version, cache)
     models = [by_architecture(c["family"]["architecture"]) for c in cases]

@@ -270,19 +270,103 @@ def no_compiled_sgl_kernel() -> Iterator[None]:
         importlib.util.spec_from_file_location = real
 
 
+# DeepGEMM as a tvm-ffi module (sgl-deep-gemm, sglang 0.5.12+): the functions of its
+# ``_C`` that return tensors or answer without one, with the parameters ``deep_gemm``'s
+# Python passes them (DeepGEMM csrc/apis/attention.hpp, the same kernels as above).
+TVM_FFI_DEEP_GEMM: dict[str, Callable[..., Any]] = {
+    "fp8_mqa_logits": lambda q, kv, kv_sf, weights, ks, ke, clean_logits=False, max_seqlen_k=0: _mqa_logits(
+        q, (kv, kv_sf), weights, ks, ke, clean_logits, max_seqlen_k),
+    "get_paged_mqa_logits_metadata": lambda context_lens, block_kv, num_sms, indices=None: (
+        _paged_mqa_logits_metadata(context_lens, block_kv, num_sms)),
+    "fp8_paged_mqa_logits": lambda q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+    clean_logits=False, indices=None: _paged_mqa_logits(
+        q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits),
+    "get_num_sms": lambda: torch.cuda.get_device_properties().multi_processor_count,
+    "get_mk_alignment_for_contiguous_layout": lambda: 128,  # DeepGEMM's contiguous-layout M alignment
+    "get_tc_util": lambda: 100,
+}
+
+
+class TvmFfiDeepGemm(types.ModuleType):
+    """DeepGEMM's compiled ``_C`` (a tvm-ffi module): every function records its eager
+    call as ``deep_gemm::<name>`` and returns what :data:`TVM_FFI_DEEP_GEMM` says (others
+    write into their outputs only: nothing).  Dynamo cannot trace a tvm-ffi function; each
+    of these is ``torch._dynamo.disable``-d, so a trace that reaches one fails (under
+    ``fullgraph=True``) as it would on the real module."""
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        body = TVM_FFI_DEEP_GEMM.get(name, lambda *args, **kwargs: None)
+        qualified = f"deep_gemm::{name}"
+
+        def kernel(*args: Any, **kwargs: Any) -> Any:
+            KERNEL_CALLS.append(qualified)
+            first = next((a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0), None)
+            if first is not None and isinstance(first.shape[0], int):
+                KERNEL_SHAPES.append((qualified, first.shape[0]))
+            return body(*args, **kwargs)
+
+        function = torch._dynamo.disable(kernel, reason=f"{qualified} is a tvm-ffi function")
+        setattr(self, name, function)
+        return function
+
+
+def _import_tvm_ffi_deep_gemm(toolkit_dir: str) -> None:
+    """sgl-deep-gemm's ``deep_gemm`` loads its ``_C.so`` with ``tvm_ffi.load_module``, or
+    builds it first with ``tvm_ffi.cpp.build`` (nvcc) where the file is absent (the
+    Python-only tree): here the build writes an empty file and the load returns a
+    :class:`TvmFfiDeepGemm`.  The package is imported from a copy under ``toolkit_dir``,
+    where its build step copies the library it built."""
+    import importlib.util
+    import os
+    import shutil
+
+    import tvm_ffi
+    import tvm_ffi.cpp
+
+    spec = importlib.util.find_spec("deep_gemm")
+    if spec is None or spec.origin is None:
+        return
+    copy = os.path.join(toolkit_dir, "deep-gemm-python")
+    shutil.copytree(os.path.dirname(spec.origin), os.path.join(copy, "deep_gemm"), dirs_exist_ok=True)
+    sys.path.insert(0, copy)
+    real_load, real_build = tvm_ffi.load_module, tvm_ffi.cpp.build
+
+    def build(name: str, *args: Any, build_directory: str, **kwargs: Any) -> str:
+        JIT_BUILT.append(f"deep_gemm.{name}")
+        path = os.path.join(build_directory, f"{name}.so")
+        open(path, "wb").close()
+        return path
+
+    def load_module(path: str, *args: Any, **kwargs: Any) -> Any:
+        if os.path.dirname(os.path.abspath(path)) == os.path.join(copy, "deep_gemm"):
+            return TvmFfiDeepGemm("deep_gemm._C")
+        return real_load(path, *args, **kwargs)
+
+    tvm_ffi.cpp.build, tvm_ffi.load_module = build, load_module
+    try:
+        import deep_gemm  # noqa: F401
+    finally:
+        tvm_ffi.cpp.build = real_build
+
+
 def import_deep_gemm(toolkit_dir: str) -> None:
     """Import the wheel's ``deep_gemm`` Python over its stand-in library (see
-    :func:`install_sgl_kernel_ops`).  Its import looks for a CUDA toolkit to hand to the
+    :func:`install_sgl_kernel_ops`), or sgl-deep-gemm's over a stand-in ``_C``
+    (:func:`_import_tvm_ffi_deep_gemm`).  Its import looks for a CUDA toolkit to hand to the
     JIT compiler (``CUDA_HOME`` or ``nvcc`` on PATH, else asserts): the stand-in ``init``
     receives ``toolkit_dir`` where neither exists; nothing is compiled."""
     import os
 
-    if "deep_gemm.deep_gemm_cpp" not in sys.modules:
-        return
+    tvm_ffi_module = "deep_gemm.deep_gemm_cpp" not in sys.modules
     saved = os.environ.get("CUDA_HOME")
     os.environ.setdefault("CUDA_HOME", toolkit_dir)
     try:
-        import deep_gemm  # noqa: F401
+        if tvm_ffi_module:
+            _import_tvm_ffi_deep_gemm(toolkit_dir)
+        else:
+            import deep_gemm  # noqa: F401
     finally:
         if saved is None:
             os.environ.pop("CUDA_HOME", None)

@@ -48,5 +48,17 @@ def test_each_committed_record_is_named_for_its_wheel_and_says_how_to_regenerate
     for path in records:
         record = json.loads(path.read_text())
         assert sgl_kernel_ops.record_path(record["project"], record["version"]) == path
-        assert record["generated_by"] == f"{sgl_kernel_ops.GENERATE} {record['project']}=={record['version']}"
+        companions = "".join(f" --with {c['project']}=={c['version']}" for c in record.get("companions", []))
+        assert record["generated_by"] == (
+            f"{sgl_kernel_ops.GENERATE} {record['project']}=={record['version']}{companions}")
         assert sgl_kernel_ops.load_record(record["project"], record["version"]) == record
+
+
+def test_a_record_without_the_companion_sglang_pins_says_how_to_regenerate_it(tmp_path: pathlib.Path) -> None:
+    """sglang 0.5.12+ pin DeepGEMM as its own wheel: a record without it is refused by name."""
+    tree = _tree(tmp_path, "Requires-Dist: sglang-kernel==0.4.2\nRequires-Dist: sgl-deep-gemm==0.1.0\n")
+    assert sgl_kernel_ops.companion_requirements(tree) == ["sgl-deep-gemm==0.1.0"]
+    with pytest.raises(sgl_kernel_ops.SglKernelError,
+                       match=r"sglang-kernel-0\.4\.2\.json carries no companions.*--with sgl-deep-gemm==0\.1\.0`"):
+        sgl_kernel_ops.check_companions("sglang-kernel", "0.4.2", tree)
+    sgl_kernel_ops.check_companions("sglang-kernel", "0.4.2.post2", tree)

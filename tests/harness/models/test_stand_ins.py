@@ -11,10 +11,14 @@ from harness.child import TESTS, run_python, tail
 from harness.models import sgl_kernel_ops, simulation
 
 
-@pytest.mark.parametrize("target", simulation.sglang_stacks(), ids=lambda s: s.name)
+@pytest.mark.parametrize("target", simulation.sglang_stacks() + simulation.pristine_releases(),
+                         ids=lambda s: s.name)
 def test_every_stack_has_its_sgl_kernel_record(wheel_tree, target: simulation.SglangStack) -> None:
-    """The sgl-kernel each stack's sglang pins has a record (else: how to generate it)."""
-    project, version = sgl_kernel_ops.kernel_requirement(wheel_tree("sglang", target.sglang, patched=False))
+    """The sgl-kernel each stack's (and each release measured pristine) sglang pins has a
+    record (else: how to generate it), with the companions it pins (sgl-deep-gemm)."""
+    tree = wheel_tree("sglang", target.sglang, patched=False)
+    project, version = sgl_kernel_ops.kernel_requirement(tree)
+    sgl_kernel_ops.check_companions(project, version, tree)
     record = sgl_kernel_ops.load_record(project, version)
     assert record["wheel"]["filename"].startswith(project.replace("-", "_") + f"-{version}-")
     assert len(record["wheel"]["sha256"]) == 64

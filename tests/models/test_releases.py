@@ -1,0 +1,150 @@
+"""sglang releases measured pristine: the whole-model simulation on a release we ship no
+stack for, with its torch.compile piecewise runner selected the way a user selects it there.
+
+A release pinned in patches/stacks.toml without a stack (``python -m fp4graph pin sglang X
+--no-stack``) runs with its own wheel and the flashinfer it pins, both pristine
+(tests/harness/models/simulation.py; the stand-ins: modelsim.py's docstring), and each
+family must do what :data:`harness.models.expected.PRISTINE_RELEASES` recorded for it
+(docs/coverage.md is the same table): work (0 graph breaks in the piecewise compile, the
+fp4 ops inside captured pieces, attention a split op), or fail with the recorded first
+error at the recorded place.  A family the release turns piecewise off for on its own
+(``piecewise_off``: NSA models on 0.5.12.post1) must be refused by the release's own
+``ServerArgs`` and is traced as if it were on (``--enforce-piecewise-cuda-graph``).
+
+A pinned release without a row, or a row for a release not pinned, fails collection
+(:func:`harness.models.expected.pristine_release`): a release is never skipped silently.
+
+Which part runs: ``FP4GRAPH_MODELS=full`` (``nox -s tracing``) every family the release
+has, both MoE runner backends, both start orders, SM120 and SM121; CI the newest measured
+release's :data:`CI_FAMILIES` on SM120 in the default start order (one child).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from fp4graph.model.families import by_architecture
+from harness.models import expected, families, simulation
+from harness.targets import full_matrix, sm12x_gpus
+
+FULL = full_matrix()
+RELEASES = simulation.pristine_releases()
+# CI: a dense family that works and the seed user's (NSA) model, one child.
+CI_FAMILIES = ("llama", "glm5")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    family: str
+    moe_runner_backend: str = "auto"
+    cuda_graph: bool = True
+    gpu: str = "sm120"
+
+    @property
+    def id(self) -> str:
+        order = "cuda-graph" if self.cuda_graph else "no-cuda-graph"
+        return f"{self.family}-{self.moe_runner_backend}-{order}-{self.gpu}"
+
+    def request(self) -> dict[str, Any]:
+        nsa = self.family in families.NSA_FAMILIES
+        return simulation.case(self.family, moe_runner_backend=self.moe_runner_backend,
+                               cuda_graph=self.cuda_graph, replay_tokens=expected.REPLAY_TOKENS if nsa else None)
+
+
+def release_families(sglang: str) -> list[str]:
+    """The rows of families.py whose model class the release has."""
+    out = []
+    for name in families.names():
+        family = by_architecture(families.ROWS[name]["architecture"])
+        if family is None or family.in_sglang(sglang):
+            out.append(name)
+    return out
+
+
+def matrix(target: simulation.SglangStack) -> list[Case]:
+    if not FULL:
+        if target != RELEASES[-1]:
+            return []
+        return [Case(name) for name in CI_FAMILIES if name in release_families(target.sglang)]
+    out = []
+    for gpu in sm12x_gpus():
+        for name in release_families(target.sglang):
+            moe = families.ROWS[name]["kind"] == "moe"
+            for backend in ("auto", "flashinfer_cutlass") if moe else ("auto",):
+                out += [Case(name, backend, order, gpu) for order in (True, False)]
+    return out
+
+
+PARAMS = [pytest.param(t, c, id=f"{t.name}-pristine-{c.id}") for t in RELEASES for c in matrix(t)]
+_REPORTS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+
+
+def report_of(request: pytest.FixtureRequest, wheel_tree: Any, target: simulation.SglangStack,
+              case: Case) -> dict[str, Any]:
+    """The report of ``case``; the first call for a (release, GPU) runs every selected case
+    of that pair in one child."""
+    key = (target.name, case.gpu)
+    if key not in _REPORTS:
+        cases = [item.callspec.params["case"] for item in request.session.items
+                 if getattr(item, "callspec", None) is not None
+                 and item.callspec.params.get("target") == target
+                 and getattr(item.callspec.params.get("case"), "gpu", None) == case.gpu] or [case]
+        reports = simulation.run(wheel_tree, target, patched=False, cases=[c.request() for c in cases], gpu=case.gpu)
+        _REPORTS[key] = {c.id: r for c, r in zip(cases, reports, strict=True)}
+    return _REPORTS[key][case.id]
+
+
+def describe(report: dict[str, Any]) -> str:
+    brief = {k: v for k, v in report.items() if k not in ("graphs", "traceback", "error_text")}
+    return f"{brief}\n{report.get('error_text', '')[:2000]}\n{report.get('traceback', '')[-4000:]}"
+
+
+def test_every_measured_release_has_a_row_and_every_row_is_pinned() -> None:
+    """The table and stacks.toml agree both ways (collection already raised for a pinned
+    release without a row)."""
+    assert sorted(expected.PRISTINE_RELEASES) == sorted(t.sglang for t in RELEASES)
+
+
+@pytest.mark.parametrize("target", RELEASES, ids=lambda t: t.name)
+def test_row_pins_are_the_wheels(wheel_tree: Any, target: simulation.SglangStack) -> None:
+    """flashinfer-python, torch and transformers of the row are the ones the release's
+    wheel METADATA pins exactly, and the row names every family the release has."""
+    tree = wheel_tree("sglang", target.sglang, patched=False)
+    metadata = next(tree.glob("sglang-*.dist-info/METADATA")).read_text()
+    row = expected.pristine_release(target.sglang)
+    pins = {}
+    for line in metadata.splitlines():
+        if line.startswith("Requires-Dist: ") and "==" in line and ";" not in line:
+            name, _, version = line[len("Requires-Dist: "):].partition("==")
+            pins[name.split("[")[0].replace("_", "-").lower()] = version.strip()
+    assert (pins["flashinfer-python"], pins["torch"], pins["transformers"]) == (
+        row.flashinfer, row.torch, row.transformers), pins
+    assert sorted(row.families) == sorted(release_families(target.sglang))
+
+
+@pytest.mark.parametrize(("target", "case"), PARAMS)
+def test_pristine_release(request: pytest.FixtureRequest, wheel_tree: Any, target: simulation.SglangStack,
+                          case: Case) -> None:
+    outcome = expected.pristine_release(target.sglang).families[case.family]
+    report = report_of(request, wheel_tree, target, case)
+    assert report["stage"] != "build", describe(report)
+    # The release's own decision, with the family's row as a user starts it (no enforce flag).
+    assert report["piecewise_by_default"] is (not outcome.piecewise_off), describe(report)
+    if outcome.error:
+        assert not report["ok"], describe(report)
+        text = report.get("error_text", "") + report.get("traceback", "")
+        assert outcome.error in report.get("error_text", "") and outcome.where in text, describe(report)
+        return
+    assert report["ok"], describe(report)
+    assert report["piecewise_runner"] and report["graph_breaks_piecewise"] == 0, describe(report)
+    assert report["graphs"] and report["captures"] > 0, describe(report)
+    for pieces in report["graphs"]:
+        captured = [op for p in pieces if not p["split"] for op in p["ops"]]
+        split = [op for p in pieces if p["split"] for op in p["ops"]]
+        assert expected.FP4_QUANTIZE in captured and expected.FP4_GEMM in captured, pieces
+        assert expected.ATTENTION in split and expected.ATTENTION not in captured, pieces
+        if families.ROWS[case.family]["kind"] == "moe":
+            assert expected.MOE in captured, pieces
