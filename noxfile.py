@@ -117,7 +117,7 @@ def wheels(session: nox.Session) -> None:
 def kernels(session: nox.Session) -> None:
     """Prebuilt FlashInfer fp4 modules for SM12x (nvcc): one flashinfer-jit-cache wheel per arch
     into wheels/. Usage: nox -s kernels -- [STACK] [--arch 12.0a,12.1a] [--modules KIND,...]
-    [--jobs N] [--export DIR | --import DIR]"""
+    [--platform linux-aarch64] [--jobs N] [--export DIR | --import DIR]"""
     # FlashInfer's JIT imports torch (a CPU build does: the modules do not link it).
     session.install(TORCH)
     session.install("-e", ".", TORCH)

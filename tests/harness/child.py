@@ -29,8 +29,10 @@ def run_python(
     path: Sequence[pathlib.Path] = (),
     env: dict[str, str] | None = None,
     timeout: float = 900,
+    interpreter: Sequence[str] = (sys.executable,),
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` with ``path`` first on sys.path (then fp4graph's src/).
+    """Run ``code`` with ``path`` first on sys.path (then fp4graph's src/), by
+    ``interpreter`` (an argv prefix: the emulated aarch64 python's, say).
 
     Each trace runs in its own interpreter: Dynamo caches, torch.library
     registrations and the simulated device are process-wide state.
@@ -40,7 +42,7 @@ def run_python(
     child_env["PYTHONPATH"] = os.pathsep.join([*map(str, path), str(SRC)])
     child_env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(pathlib.Path.home() / ".cache/fp4graph/inductor"))
     return subprocess.run(
-        [sys.executable, "-c", code],
+        [*interpreter, "-c", code],
         capture_output=True,
         text=True,
         env=child_env,

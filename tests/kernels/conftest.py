@@ -7,6 +7,8 @@ Stand-ins (what cannot exist on a CPU-only build host):
 - ``stand_in_library``: a shared library standing for a compiled JIT module where only
   the packaging is tested: the running interpreter's ``_ctypes`` extension (a real ELF
   shared object of this machine, with its own glibc symbol versions);
+- ``aarch64_stand_in``: the same file with its ELF header's machine set to AArch64 (what
+  the packaging reads of another machine's module: the header and the version sections);
 - in the probe's loader test (test_probe.py): the SM120 device queries
   (``fp4graph.verify.simulate``), the CUDA runtime torch's CUDA wheels load
   (``libcudart.so.13`` from the toolkit, on LD_LIBRARY_PATH), and, at build time, the
@@ -45,3 +47,12 @@ def checkout(tmp_path: pathlib.Path) -> config.Settings:
 @pytest.fixture
 def stand_in_library() -> pathlib.Path:
     return pathlib.Path(_ctypes.__file__)
+
+
+@pytest.fixture
+def aarch64_stand_in(stand_in_library: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
+    data = bytearray(stand_in_library.read_bytes())
+    data[18:20] = (183).to_bytes(2, "little")  # e_machine: EM_AARCH64
+    library = tmp_path / "aarch64-stand-in.so"
+    library.write_bytes(bytes(data))
+    return library

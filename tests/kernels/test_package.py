@@ -24,7 +24,7 @@ from fp4graph.model.config import Settings
 from fp4graph.model.errors import PublishError
 from fp4graph.model.stacks import load
 from fp4graph.wheels import build, kernels, publish
-from fp4graph.wheels.kernels import elf, exchange, outdir
+from fp4graph.wheels.kernels import cross, elf, exchange, outdir
 from fp4graph.wheels.kernels.compile import ArchBuild, Module
 from fp4graph.wheels.kernels.targets import Arch
 from harness.checkout import STACK
@@ -200,3 +200,62 @@ def test_an_import_of_another_flashinfer_build_is_refused(
 def test_publish_of_one_project_finds_only_its_wheels(checkout: Settings) -> None:
     with pytest.raises(PublishError, match="no wheels of flashinfer-jit-cache to publish"):
         publish.publish(checkout.wheels_dir, "http://127.0.0.1:9/", projects=["flashinfer_jit_cache"])
+
+
+def test_a_dgx_spark_wheel_is_tagged_aarch64_and_shares_the_pin_of_its_arch(
+    checkout: Settings, stand_in_library: pathlib.Path, aarch64_stand_in: pathlib.Path,
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The 12.1a wheels of both platforms: one version, two platform tags; ``pins`` names it once."""
+    x86, x86_record = _made(checkout, stand_in_library, tmp_path / "x86", arch=Arch(12, 1))
+    arm, arm_record = _made(checkout, aarch64_stand_in, tmp_path / "arm", arch=Arch(12, 1),
+                            toolchain={"nvcc": "13.0 (test)", "platform": "linux-aarch64"})
+    assert x86.name.endswith("_x86_64.whl") and arm.name.endswith("_aarch64.whl"), (x86.name, arm.name)
+    assert x86_record.pin == arm_record.pin and x86.name.split("-py3-")[0] == arm.name.split("-py3-")[0]
+    outdir.add_kernels(checkout.wheels_dir, [(x86, x86_record), (arm, arm_record)])
+    monkeypatch.chdir(checkout.repo)
+    assert cli.main(["pins", STACK, "--kernels", "12.1a"]) == 0
+    assert capsys.readouterr().out.split()[-1] == "flashinfer-jit-cache==0.6.3+cu130.fp4graph.1.sm121a"
+
+
+def test_modules_of_another_machine_than_the_platform_are_refused(
+    stand_in_library: pathlib.Path, aarch64_stand_in: pathlib.Path
+) -> None:
+    def build_of(library: pathlib.Path) -> ArchBuild:
+        module = Module(kind="probe", name="fp4graph_probe", library=library, sha256="0" * 64, seconds=None)
+        return ArchBuild(arch=Arch(12, 1), modules=(module,), unfinished=(), log=None)
+
+    kernels.check_machine([build_of(aarch64_stand_in)], cross.LINUX_AARCH64)
+    with pytest.raises(kernels.KernelsError, match=rf"modules for linux-aarch64 must be aarch64 ELF files:\n"
+                                                   rf"  {re.escape(str(stand_in_library))} \(12.1a fp4graph_probe\) is x86_64"):
+        kernels.check_machine([build_of(stand_in_library)], cross.LINUX_AARCH64)
+    with pytest.raises(kernels.KernelsError, match="must be x86_64 ELF files"):
+        kernels.check_machine([build_of(aarch64_stand_in)], cross.LINUX_X86_64)
+
+
+def test_an_aarch64_export_is_named_and_imported_for_its_platform_only(
+    checkout: Settings, stand_in_library: pathlib.Path, aarch64_stand_in: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """What a GB10 runner exports (native aarch64 modules) packs here into the aarch64 wheel;
+    an x86_64 export of the same arch beside it is not taken for it, nor it for x86_64."""
+    direct, record = _made(checkout, aarch64_stand_in, tmp_path / "direct", arch=Arch(12, 1))
+    provenance = exchange.Provenance(stack=STACK, flashinfer=record.flashinfer.requirement,
+                                     flashinfer_sha256=record.flashinfer_sha256, cuda="13.0",
+                                     toolchain={"nvcc": "13.0 (test)", "cxx": "c++ (test)"})
+    arm = Module(kind="quantization", name=NAME, library=aarch64_stand_in, sha256=record.modules[0].sha256,
+                 seconds=None)
+    x86 = dataclasses.replace(arm, library=stand_in_library, sha256=build.sha256_of(stand_in_library))
+    written = exchange.export(tmp_path / "out", [ArchBuild(arch=Arch(12, 1), modules=(arm,), unfinished=(), log=None)],
+                              provenance, target=cross.LINUX_AARCH64)
+    assert {p.name for p in written} == {"kernels-0.6.3_fp4graph.1-12.1a-linux-aarch64.json",
+                                        "kernels-0.6.3_fp4graph.1-12.1a-linux-aarch64.tar.xz.000"}
+    exchange.export(tmp_path / "out", [ArchBuild(arch=Arch(12, 1), modules=(x86,), unfinished=(), log=None)],
+                    provenance)
+    options = kernels.KernelOptions(stack=STACK, archs=(Arch(12, 1),), kinds=("quantization",),
+                                    import_dirs=(tmp_path / "out",), platform=cross.LINUX_AARCH64)
+    (imported,) = kernels.build(checkout, options).wheels
+    assert imported.sha256 == record.sha256 == build.sha256_of(direct)
+    (x86_imported,) = kernels.build(checkout, dataclasses.replace(options, platform=cross.LINUX_X86_64)).wheels
+    assert x86_imported.filename.endswith("_x86_64.whl")
+    with pytest.raises(kernels.KernelsError, match="no linux-aarch64 export of 12.0a"):
+        kernels.build(checkout, dataclasses.replace(options, archs=(SM120,)))

@@ -328,7 +328,11 @@ def test_kernels_publishes_only_the_kernels_wheels_from_a_configurable_runner() 
     runs = [c for _, step in steps(workflow) for c in commands(step.get("run", ""))]
     (publish,) = [c for c in runs if nox_argv(c) and "publish" in nox_sessions(nox_argv(c) or [])]
     assert publish[-2:] == ["--project", "flashinfer-jit-cache"], publish
-    assert any(nox_argv(c) and nox_sessions(nox_argv(c) or []) == ["kernels"] for c in runs)
+    (build,) = [c for c in runs if nox_argv(c) and nox_sessions(nox_argv(c) or []) == ["kernels"]]
+    # The platform input reaches the build (empty: the runner's own; linux-aarch64: a DGX Spark's).
+    assert build[-2:] == ["--platform", "$FP4GRAPH_PLATFORM"], build
+    assert "platform" in workflow["on"]["workflow_dispatch"]["inputs"]
+    assert job["env"]["FP4GRAPH_PLATFORM"] == "${{ inputs.platform }}"
 
 
 def test_spark_builds_publishes_installs_for_aarch64_and_runs_the_integration() -> None:

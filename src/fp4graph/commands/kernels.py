@@ -11,7 +11,7 @@ from ..model import log
 from ..model.files import write_atomic
 from ..model.stacks import DEFAULT_STACK
 from ..wheels import kernels
-from ..wheels.kernels import targets
+from ..wheels.kernels import cross, targets
 from . import common
 
 NAME = "kernels"
@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("stack", nargs="?", help=f"a stack of patches/stacks.toml (default FP4GRAPH_STACK or {DEFAULT_STACK})")
     p.add_argument("--arch", action="append", default=[], metavar="12.0a,12.1a",
                    help="SM12x targets as FLASHINFER_CUDA_ARCH_LIST spells them (default 12.0a; repeatable)")
+    p.add_argument("--platform", metavar="|".join(cross.PLATFORMS),
+                   help="the machine of the modules' host code (default: this machine's); linux-aarch64 "
+                        "on x86_64: a DGX Spark's, with Debian's g++-aarch64-linux-gnu")
     p.add_argument("--modules", action="append", default=[], metavar="KIND,...",
                    help=f"module kinds ({', '.join(targets.KINDS)}; default: the stack's warm-up)")
     p.add_argument("--jobs", type=int, help="parallel compile jobs (MAX_JOBS; default: ninja's)")
@@ -88,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         use_cache=not args.no_cache,
         export_dir=args.export,
         import_dirs=tuple(args.import_dirs),
+        platform=cross.parse(args.platform) if args.platform else None,
     )
     with log.progress_to(lambda line: print(f"kernels: {line}", file=sys.stderr, flush=True)):
         outcome = kernels.build(settings, options)

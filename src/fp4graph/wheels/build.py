@@ -224,7 +224,8 @@ def pins(
     built = manifest.read_built(settings.wheels_dir)
     found = tuple(p for p in built.stack(stack).pins if project is None or p.project == project)
     if kernels is not None:
-        matches = built.kernels_of(stack, kernels)
+        # One version per arch: its wheels of several platforms (x86_64, aarch64) share the pin.
+        matches = tuple({k.pin: k for k in built.kernels_of(stack, kernels)}.values())
         if len(matches) != 1:
             have = ", ".join(k.filename for k in built.kernels_of(stack)) or "none"
             raise ManifestError(f"{built.path}: {len(matches)} kernels wheels of {stack} for {kernels} "

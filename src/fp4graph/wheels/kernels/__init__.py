@@ -7,6 +7,8 @@
 
 ``nox -s kernels`` (:func:`build`) builds them here; where the cores are elsewhere (a GPU
 machine without network), ``--export DIR`` writes what a local ``--import DIR`` packages.
+``--platform linux-aarch64`` (a DGX Spark's) on x86_64 compiles the host code with the
+aarch64 cross compiler (:mod:`.cross`); every module's ELF machine is checked before packing.
 FlashInfer 0.6.x loads ``flashinfer_jit_cache.get_jit_cache_dir()/<name>/<name>.so`` in
 place of a JIT build (``JitSpec.is_aot``); 0.7.x's provider packages are not built here.
 """
@@ -32,13 +34,14 @@ from ...model.manifest import BuiltKernels, KernelModule
 from ...model.series import load_series
 from ...model.stacks import Artifact, load
 from .. import build as wheels_build
-from ..fetch import sha256_of
+from ..fetch import fetch, sha256_of
 from ..repack import unpack
-from . import compile, exchange, outdir, package, targets, toolchain
+from . import compile, cross, elf, exchange, outdir, package, targets, toolchain
 from .compile import ArchBuild
+from .cross import Platform
 from .targets import Arch, KernelsError
 
-__all__ = ["KernelOptions", "KernelsError", "KernelsOutcome", "build", "requirements"]
+__all__ = ["KernelOptions", "KernelsError", "KernelsOutcome", "build", "check_machine", "requirements"]
 
 FLASHINFER = "flashinfer-python"
 # Where every kernels build runs, whatever the checkout and the cache: the bytes nvcc writes
@@ -63,6 +66,7 @@ class KernelOptions:
     use_cache: bool = True
     export_dir: pathlib.Path | None = None  # write the built modules there instead of wheels
     import_dirs: tuple[pathlib.Path, ...] = ()  # package exported modules instead of building
+    platform: Platform | None = None  # the modules' host machine (default: this machine's); cross.py
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -195,6 +199,18 @@ def _check_complete(builds: Sequence[ArchBuild], kinds: Sequence[str]) -> None:
                            + "\nrun the same command again: ninja resumes where it stopped")
 
 
+def check_machine(builds: Sequence[ArchBuild], target: Platform) -> None:
+    """Every module's host code is ``target``'s machine (its ELF header), before it is packed."""
+    wrong = []
+    for b in builds:
+        for m in b.modules:
+            machine, _ = elf.needed_versions(m.library.read_bytes())
+            if machine != target.machine:
+                wrong.append(f"{m.library} ({b.arch} {m.name}) is {machine}")
+    if wrong:
+        raise KernelsError(f"modules for {target.name} must be {target.machine} ELF files:\n  " + "\n  ".join(wrong))
+
+
 def build_wheels(settings: Settings, artifact: Artifact, provenance: exchange.Provenance,
                  builds: Sequence[ArchBuild], dest_dir: pathlib.Path) -> list[tuple[pathlib.Path, BuiltKernels]]:
     """One wheel per arch in ``dest_dir``, each with its manifest record."""
@@ -212,7 +228,10 @@ def build(settings: Settings, options: KernelOptions) -> KernelsOutcome:
     """Build (or import) the modules, then write them as wheels into ``wheels/`` (or export them)."""
     artifact, sglang = _flashinfer_of(settings, options.stack)
     kinds = options.kinds or targets.default_kinds(sglang, options.stack)
-    base = (options.work_dir or BUILD_ROOT) / artifact.patched_version
+    target = options.platform or cross.host()
+    # The fixed path of the build (compile.py), one per platform: x86_64's as it always was.
+    suffix = "" if target == cross.LINUX_X86_64 else f"-{target.name}"
+    base = (options.work_dir or BUILD_ROOT) / f"{artifact.patched_version}{suffix}"
     wheel = _patched_wheel(settings, artifact, options.flashinfer_wheel)
     wheel_sha256 = sha256_of(wheel)
     requirement = f"{FLASHINFER}=={artifact.patched_version}"
@@ -220,9 +239,10 @@ def build(settings: Settings, options: KernelOptions) -> KernelsOutcome:
     if options.export_dir is None:
         _check_wheels_dir(settings, options.stack, artifact, wheel_sha256)
     if options.import_dirs:
-        builds, provenance = _imported(settings, options, kinds, requirement, wheel_sha256, seconds)
+        builds, provenance = _imported(settings, options, target, kinds, requirement, wheel_sha256, seconds)
     else:
-        tools = toolchain.identify(options.python)
+        tools = toolchain.identify(options.python, target=target, cache_dir=settings.cache_dir,
+                                   fetch=lambda pinned: fetch(settings, cross.CUDART_PROJECT, pinned))
         provenance = exchange.Provenance(stack=options.stack, flashinfer=requirement, flashinfer_sha256=wheel_sha256,
                                          cuda=tools.nvcc_release, toolchain=tools.identity)
         deadline = time.time() + options.deadline_s if options.deadline_s else None
@@ -240,8 +260,9 @@ def build(settings: Settings, options: KernelOptions) -> KernelsOutcome:
                 if arch_build.unfinished:
                     break
         builds = tuple(built)
+    check_machine(builds, target)
     if options.export_dir is not None:
-        written = exchange.export(options.export_dir, builds, provenance)
+        written = exchange.export(options.export_dir, builds, provenance, target=target)
         return KernelsOutcome(kinds=kinds, builds=builds, seconds=seconds, exported=tuple(written))
     _check_complete(builds, kinds)
     with tempfile.TemporaryDirectory(dir=settings.cache_dir, prefix=".kernels-") as tmp:
@@ -250,7 +271,7 @@ def build(settings: Settings, options: KernelOptions) -> KernelsOutcome:
     return KernelsOutcome(kinds=kinds, builds=builds, seconds=seconds, wheels=tuple(r for _, r in made))
 
 
-def _imported(settings: Settings, options: KernelOptions, kinds: Sequence[str], requirement: str,
+def _imported(settings: Settings, options: KernelOptions, target: Platform, kinds: Sequence[str], requirement: str,
               wheel_sha256: str, seconds: dict[tuple[str, str], float | None],
               ) -> tuple[tuple[ArchBuild, ...], exchange.Provenance]:
     """The exported modules of ``kinds`` for ``options.archs`` (an arch's modules may come
@@ -267,7 +288,7 @@ def _imported(settings: Settings, options: KernelOptions, kinds: Sequence[str], 
                 f"checkout's {requirement} (sha256 {wheel_sha256}): carry the patched wheel this "
                 "checkout builds (`nox -s wheels`) and build again"
             )
-        if imported.build.arch not in options.archs:
+        if imported.build.arch not in options.archs or imported.platform != target.name:
             continue
         provenances[(p.stack, p.flashinfer, p.flashinfer_sha256, p.cuda, tuple(sorted(p.toolchain.items())))] = p
         have = modules.setdefault(imported.build.arch, {})
@@ -281,7 +302,7 @@ def _imported(settings: Settings, options: KernelOptions, kinds: Sequence[str], 
             seconds[(str(imported.build.arch), m.name)] = imported.seconds.get(m.name)
     missing = [str(a) for a in options.archs if a not in modules]
     if missing:
-        raise KernelsError(f"no export of {', '.join(missing)} in {', '.join(map(str, options.import_dirs))}")
+        raise KernelsError(f"no {target.name} export of {', '.join(missing)} in {', '.join(map(str, options.import_dirs))}")
     if len(provenances) != 1:
         raise KernelsError("the exports were built with different toolchains or inputs: import one build's exports")
     kinds_order = list(targets.KINDS)

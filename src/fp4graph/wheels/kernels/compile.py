@@ -110,7 +110,8 @@ def run_worker(
     out.mkdir(parents=True, exist_ok=True)
     stub = str(link_stub(toolchain.cuda_home, cache_dir)) if needs_link_stub(toolchain.cuda_home) else None
     request = {"arch": str(arch), "kinds": list(kinds), "out": str(out), "log": str(work_dir / "ninja.log"),
-               "jobs": jobs, "deadline": deadline, "stub_dir": stub, "dry_run": dry_run}
+               "jobs": jobs, "deadline": deadline, "stub_dir": stub, "dry_run": dry_run,
+               "target_directory": toolchain.target_directory}
     request_file = work_dir / "request.json"
     request_file.write_text(json.dumps(request, indent=1), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHINFER_")}
@@ -120,6 +121,7 @@ def run_worker(
         CUDA_HOME=str(toolchain.cuda_home),
         PYTHONPATH=os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])]),
         PATH=os.pathsep.join([str(toolchain.cuda_home / "bin"), os.environ.get("PATH", "")]),
+        **toolchain.environ,  # a cross build's compilers: CC (nvcc -ccbin) and CXX (FlashInfer's $cxx)
     )
     if jobs:
         env["MAX_JOBS"] = str(jobs)

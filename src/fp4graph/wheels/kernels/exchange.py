@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ...model.files import atomic_directory
+from . import cross
 from .compile import ArchBuild, Module
 from .targets import Arch, KernelsError
 
@@ -46,6 +47,7 @@ class Imported:
     provenance: Provenance
     build: ArchBuild
     seconds: Mapping[str, float | None]  # module name -> its build time on the building machine
+    platform: str = cross.LINUX_X86_64.name  # the modules' host machine (an older export: x86_64)
 
 
 def _sha256(data: bytes) -> str:
@@ -65,20 +67,22 @@ def _tar(members: Sequence[tuple[str, bytes, int]]) -> bytes:
 
 
 def export(dest: pathlib.Path, builds: Iterable[ArchBuild], provenance: Provenance,
-           *, part_size: int = PART_SIZE) -> list[pathlib.Path]:
-    """Write each arch's finished modules to ``dest``; the files written."""
+           *, part_size: int = PART_SIZE, target: cross.Platform = cross.LINUX_X86_64) -> list[pathlib.Path]:
+    """Write each arch's finished modules (host code of ``target``) to ``dest``; the files written."""
     dest.mkdir(parents=True, exist_ok=True)
     written: list[pathlib.Path] = []
     version = provenance.flashinfer.partition("==")[2]
     for build in builds:
         # Letters, digits, '.', '_' and '-' only (the version's '+' as a wheel's file name
         # writes it): a machine that sends files back may drop any other name.
-        stem = f"kernels-{version.replace('+', '_')}-{build.arch}"
+        platform = "" if target == cross.LINUX_X86_64 else f"-{target.name}"
+        stem = f"kernels-{version.replace('+', '_')}-{build.arch}{platform}"
         record = {
             "format": FORMAT,
             **dataclasses.asdict(provenance),
             "toolchain": dict(provenance.toolchain),
             "arch": str(build.arch),
+            "platform": target.name,
             "modules": [{"kind": m.kind, "name": m.name, "sha256": m.sha256, "seconds": m.seconds}
                         for m in build.modules],
             "unfinished": [dataclasses.asdict(u) for u in build.unfinished],
@@ -150,5 +154,6 @@ def load(index_file: pathlib.Path, cache_dir: pathlib.Path) -> Imported:
                             toolchain=record["toolchain"])
     build = ArchBuild(arch=Arch.parse(record["arch"]), modules=tuple(modules), unfinished=(), log=None)
     seconds = {m["name"]: m.get("seconds") for m in record["modules"]}
-    return Imported(provenance=provenance, build=build, seconds=seconds)
+    return Imported(provenance=provenance, build=build, seconds=seconds,
+                    platform=record.get("platform", cross.LINUX_X86_64.name))
 

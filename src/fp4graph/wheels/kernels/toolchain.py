@@ -17,12 +17,14 @@ import pathlib
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from packaging.version import Version
 
 from ...model.files import atomic_directory
 from ...model.log import log
+from ...model.stacks import ArtifactFile
+from . import cross
 from .targets import KernelsError
 
 # SM12x targets (sm_120a / sm_121a) need nvcc 12.8 or newer.
@@ -45,9 +47,12 @@ print(json.dumps({"python": platform.python_version(), "tvm_ffi": version("apach
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Toolchain:
-    cuda_home: pathlib.Path
+    cuda_home: pathlib.Path  # a cross build's: the cross CUDA root (cross.cross_root)
     nvcc_release: str  # 13.0
     identity: Mapping[str, str]  # what decides the bytes, for the record and the cache key
+    target: cross.Platform = cross.LINUX_X86_64  # the machine of the modules' host code
+    environ: Mapping[str, str] = dataclasses.field(default_factory=dict)  # CC / CXX of a cross build
+    target_directory: str | None = None  # nvcc --target-directory of a cross build (sbsa-linux)
 
     @property
     def digest(self) -> str:
@@ -116,10 +121,22 @@ def interpreter_facts(python: str) -> dict[str, str | None]:
     return facts
 
 
-def identify(python: str, environ: Mapping[str, str] = os.environ) -> Toolchain:
+def identify(python: str, environ: Mapping[str, str] = os.environ, *, target: cross.Platform | None = None,
+             cache_dir: pathlib.Path | None = None,
+             fetch: Callable[[ArtifactFile], pathlib.Path] | None = None) -> Toolchain:
+    """The toolchain of a build on this machine for ``target`` (default: this machine's
+    platform); another platform's needs ``cache_dir`` and ``fetch`` (its CUDA runtime wheel)."""
     cuda_home = find_cuda_home(environ)
     release, build = nvcc_version(cuda_home)
-    cxx = environ.get("CXX", "c++")
+    if target is not None and target != cross.host():
+        if cache_dir is None or fetch is None:
+            raise KernelsError(f"a {target.name} build needs the cache and a fetch of its CUDA runtime wheel")
+        return _identify_cross(python, cuda_home, release, build, target, cache_dir, fetch)
+    identity = _identity(python, release, build, environ.get("CXX", "c++"), cuda_home)
+    return Toolchain(cuda_home=cuda_home, nvcc_release=release, identity=identity, target=cross.host())
+
+
+def _identity(python: str, release: str, build: str, cxx: str, cuda_home: pathlib.Path) -> dict[str, str]:
     facts = interpreter_facts(python)
     identity = {
         "nvcc": f"{release} ({build})",
@@ -131,7 +148,24 @@ def identify(python: str, environ: Mapping[str, str] = os.environ) -> Toolchain:
     if not toolkit_has_headers(cuda_home):
         identity["toolkit-headers"] = ", ".join(
             f"{name} {facts.get(name)}" for name in ("nvidia-cublas", "nvidia-curand"))
-    return Toolchain(cuda_home=cuda_home, nvcc_release=release, identity=identity)
+    return identity
+
+
+def _identify_cross(python: str, cuda_home: pathlib.Path, release: str, build: str, target: cross.Platform,
+                    cache_dir: pathlib.Path, fetch: Callable[[ArtifactFile], pathlib.Path]) -> Toolchain:
+    """nvcc of this machine, ``target``'s cross compiler and CUDA runtime (:mod:`.cross`)."""
+    if cross.host() != cross.LINUX_X86_64:
+        raise KernelsError(f"cross builds run on x86_64; on this {cross.host().machine} machine build "
+                           f"for {cross.host().name} only")
+    cxx, cc = cross.compiler(target, "g++"), cross.compiler(target, "gcc")
+    pinned = cross.cudart_wheel(release, target)
+    wheel = fetch(pinned)
+    stub = link_stub(cuda_home, cache_dir, cc=cc)
+    key = hashlib.sha256("\0".join([str(cuda_home.resolve()), build, pinned.sha256, stub.name]).encode())
+    root = cross.cross_root(cuda_home, target, wheel, key.hexdigest()[:16], cache_dir, stub)
+    identity = {**_identity(python, release, build, cxx, root), "platform": target.name, "cudart": pinned.filename}
+    return Toolchain(cuda_home=root, nvcc_release=release, identity=identity, target=target,
+                     environ={"CC": cxx, "CXX": cxx}, target_directory=cross.cuda_target(target))
 
 
 def toolkit_has_headers(cuda_home: pathlib.Path) -> bool:
@@ -149,13 +183,14 @@ def needs_link_stub(cuda_home: pathlib.Path) -> bool:
 _DECLARATION = re.compile(r"^\s*(?:extern\s+)?CUresult\s+(?:CUDAAPI\s+)?(\w+)\s*\(", re.M)
 
 
-def link_stub(cuda_home: pathlib.Path, cache_dir: pathlib.Path) -> pathlib.Path:
+def link_stub(cuda_home: pathlib.Path, cache_dir: pathlib.Path, cc: str | None = None) -> pathlib.Path:
     """A directory holding ``libcuda.so`` (soname ``libcuda.so.1``) that defines every driver
     entry point ``cuda.h`` declares, as the toolkit's own stub does: the link records the
     same NEEDED entry and leaves the symbols for the real driver (a stand-in for a file
-    the toolkit lacks, never shipped)."""
+    the toolkit lacks, never shipped). ``cc`` (default $CC, cc): a cross build's compiler."""
     header = cuda_home / "include" / "cuda.h"
-    cc = os.environ.get("CC", "cc")
+    machine = f"{cc}\n" if cc else ""  # another machine's stub: another cache entry
+    cc = cc or os.environ.get("CC", "cc")
     expanded = subprocess.run([cc, "-E", "-P", "-x", "c", str(header)], capture_output=True, text=True)
     if expanded.returncode != 0:
         raise KernelsError(f"{cc} -E {header} failed: {expanded.stderr[-500:]}")
@@ -163,7 +198,7 @@ def link_stub(cuda_home: pathlib.Path, cache_dir: pathlib.Path) -> pathlib.Path:
     if len(names) < 100:
         raise KernelsError(f"{header}: found only {len(names)} driver entry points; not a CUDA toolkit's cuda.h?")
     source = "".join(f"int {name}(void) {{ return 34; }}\n" for name in names)  # CUDA_ERROR_STUB_LIBRARY
-    key = hashlib.sha256(source.encode()).hexdigest()[:16]
+    key = hashlib.sha256((machine + source).encode()).hexdigest()[:16]
     dest = cache_dir / "kernels" / f"libcuda-stub-{key}"
     if (dest / "libcuda.so").exists():
         return dest

@@ -162,9 +162,11 @@ def _prefix_maps(roots: dict[str, pathlib.Path]) -> list[str]:
     return [f"{old}={new}" for old, new in sorted(maps.items(), key=lambda kv: len(kv[0]))]
 
 
-def set_build_flags(workspace: pathlib.Path, cuda_home: pathlib.Path, stub_dir: str | None) -> dict[str, Any]:
+def set_build_flags(workspace: pathlib.Path, cuda_home: pathlib.Path, stub_dir: str | None,
+                    target_directory: str | None = None) -> dict[str, Any]:
     """FLASHINFER_EXTRA_{C,CUDA,LD}FLAGS for reproducible bytes (read when ninja files are
-    written); returns what was set, for the record."""
+    written), and a cross build's ``--target-directory`` (sbsa-linux: the host code's CUDA
+    target, with CC / CXX the cross compilers); returns what was set, for the record."""
     import flashinfer
     import tvm_ffi
 
@@ -180,12 +182,13 @@ def set_build_flags(workspace: pathlib.Path, cuda_home: pathlib.Path, stub_dir: 
     maps = _prefix_maps(roots)
     cflags = [f"-ffile-prefix-map={m}" for m in maps] + [f"-isystem{p}" for p in includes]
     cuda_flags = [f"-Xcompiler=-ffile-prefix-map={m}" for m in maps] + [f"-isystem={p}" for p in includes]
+    cuda_flags += ["--target-directory", target_directory] if target_directory else []
     ldflags = ["-Wl,--strip-all"] + ([f"-L{stub_dir}"] if stub_dir else [])
     for var, flags in (("FLASHINFER_EXTRA_CFLAGS", cflags), ("FLASHINFER_EXTRA_CUDAFLAGS", cuda_flags),
                        ("FLASHINFER_EXTRA_LDFLAGS", ldflags)):
         os.environ[var] = " ".join(shlex.quote(f) for f in flags)
     return {"toolkit_include_dirs": [str(p) for p in includes], "prefix_maps": sorted(roots),
-            "link_stub": stub_dir is not None}
+            "link_stub": stub_dir is not None, "target_directory": target_directory}
 
 
 def _ninja_command(spec: Any, jobs: int | None) -> list[str]:
@@ -255,7 +258,7 @@ def main(request: dict[str, Any]) -> dict[str, Any]:
         # 0.6.7+ names modules after the runtime check (fp4_quantization_120f from CUDA 12.9).
         raise SystemExit(f"this interpreter's torch is built for CUDA {runtime}, nvcc is {nvcc}: module names "
                          "follow torch's CUDA, so build with a CPU torch or one of nvcc's CUDA release")
-    flags = set_build_flags(workspace, cuda_home, request.get("stub_dir"))
+    flags = set_build_flags(workspace, cuda_home, request.get("stub_dir"), request.get("target_directory"))
     fp4 = [k for k in request["kinds"] if k != "probe"]
     specs = fp4_specs(major, minor, fp4) if fp4 else {}
     if "probe" in request["kinds"]:
