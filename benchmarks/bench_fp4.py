@@ -74,6 +74,18 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--decompose-tokens", default="1,256", help="token counts for (a')")
     ap.add_argument("--peer-tokens", default="1,16,256", help="token counts for (p)")
     ap.add_argument("--import-pairs", type=int, default=10, help="ABBA pairs for (i)")
+    ap.add_argument(
+        "--import-parts", default="register,flashinfer", help="what (i) measures (comma list)"
+    )
+    ap.add_argument(
+        "--import-goal", type=float, default=1.05, help="(i): the patched/pristine goal"
+    )
+    ap.add_argument(
+        "--import-attribution-pairs",
+        type=int,
+        default=2,
+        help="(i): ABBA pairs of -X importtime runs that attribute the difference",
+    )
     ap.add_argument("--block-tokens", default="1,8,64")
     ap.add_argument("--block-k", type=int, default=2048)
     ap.add_argument("--layers", type=int, default=32)
@@ -85,7 +97,7 @@ def parser() -> argparse.ArgumentParser:
         "--deadline-s",
         type=float,
         default=0,
-        help="stop starting new block work after this many seconds (0: none)",
+        help="stop starting new block work and import pairs after this many seconds (0: none)",
     )
     ap.add_argument("--workdir", type=pathlib.Path, default=None)
     ap.add_argument("--stem-suffix", default="", help="appended to the output file names")
@@ -137,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     for section in sections:
         if section == "block":
             run.run_block(r, deadline)
+        elif section == "imports":
+            run.run_imports(r, deadline)
         elif section != "warmup":
             getattr(run, f"run_{section}")(r)
     r.result["seconds"] = time.monotonic() - t_start

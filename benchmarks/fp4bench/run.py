@@ -225,10 +225,18 @@ def run_peers(run: Run) -> None:
     run.save()
 
 
-def run_imports(run: Run) -> None:
+def run_imports(run: Run, deadline: float = float("inf")) -> None:
     t = time.perf_counter()
+    args = run.args
     run.result["imports"] = bench_imports(
-        run.patched_tree, run.pristine_tree, run.work, 2 if common.SMOKE else run.args.import_pairs
+        run.patched_tree,
+        run.pristine_tree,
+        run.work,
+        2 if common.SMOKE else args.import_pairs,
+        parts=tuple(p for p in args.import_parts.split(",") if p),
+        deadline=deadline,
+        goal=args.import_goal,
+        attribution_pairs=1 if common.SMOKE else args.import_attribution_pairs,
     )
     run.result["imports"]["seconds"] = time.perf_counter() - t
     run.save()
