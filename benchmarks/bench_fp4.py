@@ -36,6 +36,8 @@ import sys
 import tempfile
 import time
 
+import torch
+
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -131,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown section(s) {unknown}: choose from {', '.join(SECTIONS)}")
     common.SMOKE = args.smoke
+    if not args.smoke and set(sections) - {"imports"} and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: on a CPU only --sections imports measures (or --smoke)")
     if args.smoke:  # tiny sizes: the smoke checks the script, not speed
         if "warmup" in sections:
             sections.remove("warmup")
