@@ -80,6 +80,11 @@ def parser() -> argparse.ArgumentParser:
         "--import-parts", default="register,flashinfer", help="what (i) measures (comma list)"
     )
     ap.add_argument(
+        "--import-fork",
+        action="store_true",
+        help="(i): time each import in a forked child of a torch-only interpreter",
+    )
+    ap.add_argument(
         "--import-goal", type=float, default=1.05, help="(i): the patched/pristine goal"
     )
     ap.add_argument(

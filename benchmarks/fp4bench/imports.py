@@ -84,6 +84,35 @@ print(json.dumps({{"import_s": t3 - t2, "torch_s": t1 - t0,
                   "file": flashinfer.__file__}}))
 """
 
+# One interpreter imports torch once, then forks a child per sample that times `import
+# flashinfer` from one tree (its stdout: one JSON line per sample, in the given order).
+_FORKSERVER = """
+import json, os, sys, time
+import torch
+trees = json.loads(sys.argv[1])
+for tree in trees:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        sys.path.insert(0, tree)
+        t0 = time.perf_counter()
+        import flashinfer
+        t1 = time.perf_counter()
+        ops = [n for n in torch._C._dispatch_get_all_op_names() if n.startswith('flashinfer::')]
+        os.write(w, json.dumps({"import_s": t1 - t0, "torch_s": 0.0,
+                                "dynamo": 'torch._dynamo' in sys.modules,
+                                "flashinfer_ops": len(ops), "file": flashinfer.__file__}).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    print(data.decode() if data else json.dumps({"error": "child failed"}), flush=True)
+"""
+
 _IMPORTTIME = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|(\s*)(\S+)")
 
 Arms = dict[str, list[str]]
@@ -124,6 +153,32 @@ def _abba(
         order = names if p % 2 == 0 else names[::-1]
         for name in order:
             runs[name].append(_fresh(arms[name], env))
+    return runs
+
+
+def _forked(
+    trees: dict[str, pathlib.Path], pairs: int, env: dict[str, str], deadline: float
+) -> dict[str, list[dict[str, Any]]]:
+    """As ``_abba`` over forked children of one torch-only interpreter, in batches of
+    ABBA quads (one interpreter per batch) until ``pairs`` or the deadline."""
+    names = list(trees)
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    done = 0
+    while done < pairs and time.monotonic() <= deadline:
+        batch = min(8, pairs - done)
+        order = [n for p in range(batch) for n in (names if p % 2 == 0 else names[::-1])]
+        out = subprocess.run(
+            [sys.executable, "-c", _FORKSERVER, json.dumps([str(trees[n]) for n in order])],
+            capture_output=True, text=True, env=env, timeout=600,
+        )
+        lines = out.stdout.strip().splitlines()
+        if out.returncode != 0 or len(lines) != len(order):
+            for n in names:
+                runs[n].append({"error": out.stderr.strip()[-800:] or "fork server failed"})
+            break
+        for n, line in zip(order, lines, strict=True):
+            runs[n].append(json.loads(line))
+        done += batch
     return runs
 
 
@@ -182,9 +237,13 @@ def _flashinfer_part(
     env: dict[str, str],
     deadline: float,
     goal: float,
+    fork: bool = False,
 ) -> dict[str, Any]:
     arms = {n: ["-c", _IMPORT.format(tree=str(t))] for n, t in trees.items()}
-    imported = _abba(arms, pairs, env, deadline)
+    if fork:
+        imported = _forked(trees, pairs, env, deadline)
+    else:
+        imported = _abba(arms, pairs, env, deadline)
     out: dict[str, Any] = {}
     for name, rs in imported.items():
         ok = [r for r in rs if "error" not in r]
@@ -221,6 +280,7 @@ def bench_imports(
     deadline: float = float("inf"),
     goal: float = 1.05,
     attribution_pairs: int = 2,
+    fork: bool = False,
 ) -> dict[str, Any]:
     env = dict(os.environ, FLASHINFER_WORKSPACE_BASE=str(work / "ws-imports"))
     out: dict[str, Any] = {
@@ -237,7 +297,12 @@ def bench_imports(
     if "flashinfer" in parts:
         trees = {"patched": patched_tree, "pristine": pristine_tree}
         out["flashinfer"] = _flashinfer_part(
-            trees, pairs, attribution_pairs, env, deadline, goal
+            trees, pairs, attribution_pairs, env, deadline, goal, fork
+        )
+        out["flashinfer"]["mode"] = (
+            "forked children of one interpreter that imported torch (8 pairs an interpreter)"
+            if fork
+            else "fresh interpreters"
         )
         log(f"imports flashinfer: {json.dumps(out['flashinfer'])[:3000]}")
     return out

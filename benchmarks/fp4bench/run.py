@@ -240,6 +240,7 @@ def run_imports(run: Run, deadline: float = float("inf")) -> None:
         deadline=deadline,
         goal=args.import_goal,
         attribution_pairs=1 if common.SMOKE else args.import_attribution_pairs,
+        fork=args.import_fork,
     )
     run.result["imports"]["seconds"] = time.perf_counter() - t
     run.save()
