@@ -162,8 +162,11 @@ def imports_table(result: dict[str, Any]) -> str:
         if a.get("import_s") is None:
             out.append(f"| {arm} | failed: `{(a.get('errors') or ['?'])[0][-200:]}` | | | | |")
             continue
+        torch_s = "(once, forked)" if fi.get("mode", "").startswith("forked") else (
+            f"{a['torch_s']:.2f}"
+        )
         out.append(
-            f"| {arm} | {a['import_s']:.3f} | {len(a['all_s'])} | {a['torch_s']:.2f} "
+            f"| {arm} | {a['import_s']:.3f} | {len(a['all_s'])} | {torch_s} "
             f"| {a['flashinfer_ops']} | {'yes' if a['imports_dynamo'] else 'no'} |"
         )
     lines = ["\n".join(out) + "\n"]
