@@ -36,6 +36,8 @@ import sys
 import tempfile
 import time
 
+import torch
+
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -74,6 +76,23 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--decompose-tokens", default="1,256", help="token counts for (a')")
     ap.add_argument("--peer-tokens", default="1,16,256", help="token counts for (p)")
     ap.add_argument("--import-pairs", type=int, default=10, help="ABBA pairs for (i)")
+    ap.add_argument(
+        "--import-parts", default="register,flashinfer", help="what (i) measures (comma list)"
+    )
+    ap.add_argument(
+        "--import-fork",
+        action="store_true",
+        help="(i): time each import in a forked child of a torch-only interpreter",
+    )
+    ap.add_argument(
+        "--import-goal", type=float, default=1.05, help="(i): the patched/pristine goal"
+    )
+    ap.add_argument(
+        "--import-attribution-pairs",
+        type=int,
+        default=2,
+        help="(i): ABBA pairs of -X importtime runs that attribute the difference",
+    )
     ap.add_argument("--block-tokens", default="1,8,64")
     ap.add_argument("--block-k", type=int, default=2048)
     ap.add_argument("--layers", type=int, default=32)
@@ -85,7 +104,7 @@ def parser() -> argparse.ArgumentParser:
         "--deadline-s",
         type=float,
         default=0,
-        help="stop starting new block work after this many seconds (0: none)",
+        help="stop starting new block work and import pairs after this many seconds (0: none)",
     )
     ap.add_argument("--workdir", type=pathlib.Path, default=None)
     ap.add_argument("--stem-suffix", default="", help="appended to the output file names")
@@ -119,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown section(s) {unknown}: choose from {', '.join(SECTIONS)}")
     common.SMOKE = args.smoke
+    if not args.smoke and set(sections) - {"imports"} and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: on a CPU only --sections imports measures (or --smoke)")
     if args.smoke:  # tiny sizes: the smoke checks the script, not speed
         if "warmup" in sections:
             sections.remove("warmup")
@@ -137,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     for section in sections:
         if section == "block":
             run.run_block(r, deadline)
+        elif section == "imports":
+            run.run_imports(r, deadline)
         elif section != "warmup":
             getattr(run, f"run_{section}")(r)
     r.result["seconds"] = time.monotonic() - t_start

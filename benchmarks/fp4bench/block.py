@@ -102,7 +102,7 @@ class Layers:
 
     def layer(self, style: str, x: torch.Tensor, w: Any) -> torch.Tensor:
         k = self.k
-        if style == "probe":  # ../shared/probes/block_speedup_sim.py, exactly
+        if style == "probe":  # issue 7's probe script (not in this repository), exactly
             h = torch.nn.functional.rms_norm(x, (k,))
             qq, sf = self.fi.fp4_quantize(h, self.gs)
             return x + (h @ w) + qq[:, :1].float().to(x.dtype) * 0

@@ -115,13 +115,3 @@ def interleaved_arms(
         gc.enable()
     return times
 
-
-def ratio_summaries(
-    times: dict[str, list[float]], pairs: dict[str, tuple[str, str]]
-) -> dict[str, dict[str, Any]]:
-    """name -> summary of the per-round ratio times[a] / times[b] for (a, b) = pairs[name]."""
-    n = len(next(iter(times.values())))
-    return {
-        name: summary([times[a][r] / times[b][r] for r in range(n)])
-        for name, (a, b) in pairs.items()
-    }

@@ -97,6 +97,9 @@ def eager_verdict(result: dict[str, Any]) -> str:
         f"bounds {min(highs):.3f}-{max(highs):.3f} (highest: {worst['op']} M={worst['M']})."
     ]
     noise = result["eager"].get("noise") or {}
+    over = [r for r in rows if not _meets(r["ratios"]["patched/pristine"])]
+    if over and noise:
+        lines.append(_over_the_bar(over, noise["max_abs_control_median_minus_1"]))
     if noise:
         lines.append(
             "- Method noise (the same-tree controls Q2/Q1, P2/P1): median |control - 1| = "
@@ -126,6 +129,68 @@ def eager_verdict(result: dict[str, Any]) -> str:
                 if "empty Python call" in g
                 else "."
             )
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _over_the_bar(over: list[dict[str, Any]], control: float) -> str:
+    """The cells over the bar, each against the run's own same-tree noise: a cell is within
+    that noise when its interval reaches down into the controls' range (its lower end is
+    <= 1 + the largest |control median - 1| of the run), beyond it otherwise."""
+    cells = []
+    for r in over:
+        s = r["ratios"]["patched/pristine"]
+        where = "within" if s["ci95"][0] <= 1 + control else "**beyond**"
+        cells.append(f"{r['op']} M={r['M']} {_ratio(s)} ({where} the run's control noise)")
+    return (
+        f"- Over the bar: {'; '.join(cells)}. The run's same-tree controls reach "
+        f"{1 + control:.3f} (largest |control median - 1| = {100 * control:.2f} %)."
+    )
+
+
+def imports_table(result: dict[str, Any]) -> str:
+    """(i): `import flashinfer` alone (after `import torch`), patched beside pristine, and
+    the flashinfer modules the -X importtime runs put the difference in."""
+    fi = result["imports"]["flashinfer"]
+    out = [
+        "| tree | `import flashinfer` median (s) | runs | `import torch` before it (s) "
+        "| `flashinfer::` ops registered | imports `torch._dynamo` |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm in ("patched", "pristine"):
+        a = fi[arm]
+        if a.get("import_s") is None:
+            out.append(f"| {arm} | failed: `{(a.get('errors') or ['?'])[0][-200:]}` | | | | |")
+            continue
+        torch_s = "(once, forked)" if fi.get("mode", "").startswith("forked") else (
+            f"{a['torch_s']:.2f}"
+        )
+        out.append(
+            f"| {arm} | {a['import_s']:.3f} | {len(a['all_s'])} | {torch_s} "
+            f"| {a['flashinfer_ops']} | {'yes' if a['imports_dynamo'] else 'no'} |"
+        )
+    lines = ["\n".join(out) + "\n"]
+    if "ratio" in fi:
+        d = fi["difference_ms"]
+        lines.append(
+            f"- patched/pristine, per ABBA pair ({fi['pairs']} pairs): **{_ratio(fi['ratio'])}**; "
+            f"difference {d['median']:+.1f} ms [{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}]; "
+            f"goal {fi['goal']}: {fi['verdict']}."
+        )
+    att = fi.get("attribution") or {}
+    top = [t for t in att.get("top_self_ms_difference", []) if t["diff_ms"] >= 1.0]
+    if top:
+        self_ms = att["flashinfer_self_ms"]
+        lines.append(
+            f"- `-X importtime` ({att['runs_per_arm']} runs a tree; self time, the module's own "
+            f"code): flashinfer's modules {self_ms['patched']:.0f} ms patched, "
+            f"{self_ms['pristine']:.0f} ms pristine; the difference is in "
+            + ", ".join(
+                f"`{t['module']}` {t['diff_ms']:+.1f} ms ({t['patched_ms']:.1f} / "
+                f"{t['pristine_ms']:.1f})"
+                for t in top
+            )
+            + "."
         )
     return "\n".join(lines) + "\n"
 
@@ -233,6 +298,8 @@ def report(result: dict[str, Any]) -> str:
         )
     if "rows" in result.get("decompose", {}):
         parts.append("### (a') The per-call test in its forms\n\n" + decompose_table(result))
+    if "flashinfer" in result.get("imports", {}):
+        parts.append("### (i) `import flashinfer` after `import torch`\n\n" + imports_table(result))
     if "rows" in result.get("peers", {}):
         parts.append("### (p) Peers: one kernel, every design\n\n" + peers_table(result))
     return "\n".join(parts)

@@ -67,6 +67,8 @@ def start(run: Run) -> str:
     run.fi = fi
     if common.SMOKE:
         cap, gpu = (12, 0), "CPU smoke run (no GPU; measures nothing)"
+    elif not torch.cuda.is_available():  # (i) alone: import cost is host-side
+        cap, gpu = (0, 0), f"CPU {platform.machine()} {os.cpu_count()} cores (no GPU)"
     else:
         cap, gpu = torch.cuda.get_device_capability(), torch.cuda.get_device_name()
     cap_s = f"{cap[0]}{cap[1]}"
@@ -99,13 +101,14 @@ def start(run: Run) -> str:
         "patched_wheel": os.environ.get("FP4BENCH_PATCHED_WHEEL"),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "sm_note": None if cap[0] >= 10 else SM90_NOTE.format(cap=cap_s),
+        "sm_note": None if cap[0] >= 10 or cap[0] == 0 else SM90_NOTE.format(cap=cap_s),
     }
     log(json.dumps(run.result["meta"]))
     if not run.result["meta"]["flashinfer_patched"]:
         log("WARNING: the installed flashinfer has no fp4_warmup: it is not the patched wheel")
     slug = "".join(c if c.isalnum() else "-" for c in gpu).strip("-").lower()
-    stem = f"{slug}-sm{cap_s}-flashinfer-{run.result['meta']['pristine']}{args.stem_suffix}"
+    device = slug if cap[0] == 0 else f"{slug}-sm{cap_s}"
+    stem = f"{device}-flashinfer-{run.result['meta']['pristine']}{args.stem_suffix}"
     run.out_json = args.out / f"{stem}.json"
     run.save()
     return stem
@@ -225,10 +228,19 @@ def run_peers(run: Run) -> None:
     run.save()
 
 
-def run_imports(run: Run) -> None:
+def run_imports(run: Run, deadline: float = float("inf")) -> None:
     t = time.perf_counter()
+    args = run.args
     run.result["imports"] = bench_imports(
-        run.patched_tree, run.pristine_tree, run.work, 2 if common.SMOKE else run.args.import_pairs
+        run.patched_tree,
+        run.pristine_tree,
+        run.work,
+        2 if common.SMOKE else args.import_pairs,
+        parts=tuple(p for p in args.import_parts.split(",") if p),
+        deadline=deadline,
+        goal=args.import_goal,
+        attribution_pairs=1 if common.SMOKE else args.import_attribution_pairs,
+        fork=args.import_fork,
     )
     run.result["imports"]["seconds"] = time.perf_counter() - t
     run.save()
