@@ -19,6 +19,8 @@ Child side (imported only in the interpreter ``simulation`` starts, with ``tests
 - ``stand_ins``: what a CPU lacks: the CUDA runtime, compiled kernels and their loaders.
 - ``collectives``: the collective kernels of tensor parallel (NVML, NCCL, custom
   all-reduce), run through gloo.
+- ``capturing``: whether a stand-in CUDA graph is capturing (set by ``stand_ins``, read by
+  ``collectives``).
 - ``nsa_sim``: sglang's NSA indexer and attention split op alone (tests/models/test_nsa.py).
 - ``warmup_hooks``: observes the fp4 warm-up of each model (test_fp4_warmup_models.py).
 

@@ -38,6 +38,8 @@ from typing import Any
 
 import torch
 
+from harness.models import capturing
+
 # --- the log and the real collective ----------------------------------------------------
 
 
@@ -69,9 +71,7 @@ class ScheduleMismatch(RuntimeError):
 
 
 def _phase() -> str:
-    from harness.models.stand_ins import is_capturing
-
-    return "captured" if is_capturing() else "eager"
+    return "captured" if capturing.is_capturing() else "eager"
 
 
 def run(via: str, kind: str, count: int, dtype: torch.dtype, *, root: int = 0, phase: str | None = None) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from harness.models import collectives
+from harness.models import capturing, collectives
 
 # --- sgl_kernel's compiled library --------------------------------------------------
 
@@ -617,22 +617,14 @@ class graph:
         self.cuda_graph = cuda_graph
 
     def __enter__(self) -> None:
-        _capturing.append(True)
+        capturing.begin()
         self.start = len(collectives.LOG)
 
     def __exit__(self, *exc: Any) -> None:
-        _capturing.pop()
+        capturing.end()
         self.cuda_graph.collectives = [c for c in collectives.LOG[self.start :] if c.phase == "captured"]
         self.cuda_graph.capture_end()
         CAPTURES.append("graph")
-
-
-_capturing: list[bool] = [False]
-
-
-def is_capturing() -> bool:
-    """Whether a (stand-in) CUDA graph is capturing on the current stream."""
-    return _capturing[-1]
 
 
 @contextlib.contextmanager
@@ -770,7 +762,7 @@ def install_cuda_runtime(total_memory: int) -> None:
     cuda.synchronize = lambda device=None: None  # type: ignore[assignment]
     cuda.empty_cache = lambda: None  # type: ignore[assignment]
     cuda.graph_pool_handle = lambda: (0, 0)  # type: ignore[assignment]
-    cuda.is_current_stream_capturing = lambda: _capturing[-1]  # type: ignore[assignment]
+    cuda.is_current_stream_capturing = capturing.is_capturing  # type: ignore[assignment]
     cuda.mem_get_info = lambda device=None: (total_memory * 9 // 10, total_memory)  # type: ignore[assignment]
     cuda.memory_allocated = lambda device=None: 0  # type: ignore[assignment]
     cuda.max_memory_allocated = lambda device=None: 0  # type: ignore[assignment]

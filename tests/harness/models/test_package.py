@@ -15,15 +15,16 @@ print("R " + json.dumps(sorted(m for m in ("torch", "sglang", "flashinfer", "fp4
 
 CHILD_SIDE = """
 import json, sys
-from harness.models import collectives, stand_ins
-phase = collectives._phase()  # imports stand_ins lazily: the same module
+from harness.models import capturing, collectives, stand_ins
+phase = collectives._phase()
 try:
     stand_ins._meta_kernel("sgl_kernel", "no_such_op", False)()
 except NotImplementedError as exc:
     missing = str(exc)
 print("R " + json.dumps({"phase": phase, "same": stand_ins.collectives is collectives
+                         and stand_ins.capturing is collectives.capturing is capturing
                          and sys.modules["harness.models.stand_ins"] is stand_ins,
-                         "bare": sorted({"collectives", "stand_ins"} & set(sys.modules)),
+                         "bare": sorted({"capturing", "collectives", "stand_ins"} & set(sys.modules)),
                          "missing": missing}))
 """
 
