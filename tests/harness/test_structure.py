@@ -122,3 +122,32 @@ def test_a_cycle_hidden_in_a_function_is_found(tmp_path: pathlib.Path) -> None:
     graph = import_graph(root)
     assert graph["pkg.sub.c"] == {"pkg.d"} and graph["pkg.e"] == {"pkg.d"} and graph["pkg.f"] == set()
     assert cycles(graph) == [["pkg.d", "pkg.sub.a", "pkg.sub.b", "pkg.sub.c"]]
+
+
+LONGEST = 100
+
+
+def long_functions(root: pathlib.Path, limit: int = LONGEST) -> list[str]:
+    """``path:line name (n lines)`` for each function or method under ``root`` longer than
+    ``limit`` lines, its decorators and docstring included."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                length = (node.end_lineno or node.lineno) - first + 1
+                if length > limit:
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name} ({length} lines)")
+    return found
+
+
+def test_no_harness_function_is_over_100_lines() -> None:
+    assert long_functions(HARNESS) == [], "split these into named steps: " + "; ".join(long_functions(HARNESS))
+
+
+def test_a_long_method_is_named(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "pkg"
+    root.mkdir()
+    body = "".join("    x = 1\n" for _ in range(98))
+    (root / "m.py").write_text(f"def short():\n{body}    return x\n\nclass C:\n    @staticmethod\n    def long():\n    {body.replace(chr(10), chr(10) + '    ')}    return x\n")
+    assert long_functions(root) == ["pkg/m.py:104 long (101 lines)"]

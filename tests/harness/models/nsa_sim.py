@@ -431,15 +431,23 @@ def compare_split_op_with_eager() -> dict[str, Any]:
       CPU function of (q, topk_indices) that checks the row counts it is given.
     """
     import torch
-    from sglang.srt.compilation.piecewise_context_manager import set_forward_context
     from sglang.srt.layers.attention.nsa import nsa_indexer
-    from sglang.srt.layers.radix_attention import RadixAttention
 
     torch.manual_seed(0)
-    s = SHAPES
-    result: dict[str, Any] = {}
-
     indexer = _indexer(nsa_indexer.Indexer, None)
+    return {
+        "head_gate": _compare_head_gate(indexer),
+        "topk": _compare_padded_topk(indexer),
+        "attention": _compare_padded_attention(),
+    }
+
+
+def _compare_head_gate(indexer: Any) -> dict[str, Any]:
+    """sglang.logits_head_gate_pcg against Indexer._get_logits_head_gate's own body."""
+    import torch
+    from sglang.srt.layers.attention.nsa import nsa_indexer
+
+    s = SHAPES
     with torch.no_grad():
         indexer.weights_proj.weight.normal_()
         x = torch.randn(7, s["hidden_size"], dtype=torch.bfloat16)
@@ -450,9 +458,16 @@ def compare_split_op_with_eager() -> dict[str, Any]:
         op = torch.ops.sglang.logits_head_gate_pcg(
             x, indexer.weights_proj.weight, s["index_n_heads"] ** -0.5, indexer.softmax_scale, q_scale
         )
-    result["head_gate"] = {"shape": list(op.shape), "equal": bool(torch.equal(op, eager))}
+    return {"shape": list(op.shape), "equal": bool(torch.equal(op, eager))}
 
-    # top-k: one request, `real` tokens, padded to `static`.
+
+def _compare_padded_topk(indexer: Any) -> dict[str, Any]:
+    """_get_topk_ragged into a padded preallocated result against the eager call on the
+    real rows: one request, ``real`` tokens, padded to ``static``."""
+    import torch
+    from sglang.srt.layers.attention.nsa import nsa_indexer
+
+    s = SHAPES
     real, static, kv = 5, 8, 3000
     k = torch.randn(kv, s["index_head_dim"])
     ks = torch.zeros(real, dtype=torch.int32)
@@ -501,13 +516,21 @@ def compare_split_op_with_eager() -> dict[str, Any]:
     eager_topk = ragged(indexer, *lead, batch, 0, q[:real], w[:real], Metadata())
     padded = torch.full((static, 2048), -1, dtype=torch.int32)
     ragged(indexer, *lead, batch, 0, q[:real], w, Metadata(), padded)
-    result["topk"] = {
+    return {
         "real_rows_equal": bool(torch.equal(padded[:real], eager_topk)),
         "padding_rows_minus_one": bool((padded[real:] == -1).all()),
         "some_selected": int((eager_topk >= 0).sum()),
     }
 
-    # attention split op with padding.
+
+def _compare_padded_attention() -> dict[str, Any]:
+    """unified_attention_with_output on a padded batch (topk_indices given) against the
+    backend called on the real rows."""
+    import torch
+    from sglang.srt.compilation.piecewise_context_manager import set_forward_context
+    from sglang.srt.layers.radix_attention import RadixAttention
+
+    real, static = 5, 8
     seen = []
 
     def backend_forward(q, k, v, layer, fb, save_kv_cache, **kw):
@@ -535,9 +558,8 @@ def compare_split_op_with_eager() -> dict[str, Any]:
             qa, qa, qa, out, True, 0, q_rope=qa, k_rope=qa, topk_indices=topk
         )
     expected = backend_forward(qa[:real], None, None, layer, types.SimpleNamespace(out_cache_loc=loc[:real]), True, topk_indices=topk[:real])
-    result["attention"] = {
+    return {
         "rows_seen": seen[0],
         "real_rows_equal": bool(torch.equal(out[:real], expected)),
         "out_cache_loc_restored": fb.out_cache_loc is loc,
     }
-    return result
