@@ -12,9 +12,11 @@ from packaging.version import Version
 
 from fp4graph.integration import flags
 from fp4graph.integration.matrix import Cell, Fusion, Selection, StartOrder
-from fp4graph.model import projects
+from fp4graph.model import projects, stacks
 from fp4graph.model.families import FAMILIES, GLM5, LLAMA, QWEN3_MOE
 from fp4graph.model.series import load_series
+from fp4graph.model.stacks import Catalog
+from harness import tables
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # The series' backport of sglang PR #23351 (upstream from 0.5.13): NSA models under piecewise.
@@ -213,13 +215,30 @@ SPECULATIVE_ON = {
                                      # refuses a batch asking for other hidden states (FULL)
 }
 SPECULATIVE_ENFORCED = {"0.5.10": (True, False, True), "0.5.11": (True, False, False)}
+SPECULATIVE_TABLE = "tests/integration/test_integration_flags.py: SPECULATIVE_ON"
+
+
+def missing_speculative_rows(catalog: Catalog) -> list[str]:
+    """The catalog's sglang releases no key of :data:`SPECULATIVE_ON` is a prefix of."""
+    return tables.missing(SPECULATIVE_ON, catalog, by_prefix=True)
 
 
 def _speculative_expectation(version: str, family: Any) -> tuple[bool, bool, bool]:
-    release = next(p for p in sorted(SPECULATIVE_ON, key=len, reverse=True) if version.startswith(p))
+    release = tables.key_of(SPECULATIVE_ON, version, by_prefix=True)
     if family.nsa and release in SPECULATIVE_ENFORCED:
         return SPECULATIVE_ENFORCED[release]
-    return SPECULATIVE_ON[release]
+    return tables.row(SPECULATIVE_ON, SPECULATIVE_TABLE, version, by_prefix=True)
+
+
+def test_speculative_table_has_a_row_for_every_stack() -> None:
+    assert missing_speculative_rows(stacks.load(REPO / "patches" / "stacks.toml")) == []
+
+
+def test_speculative_table_fails_on_a_new_stack_by_name() -> None:
+    fake = tables.with_fake_stack(stacks.load(REPO / "patches" / "stacks.toml"))
+    assert missing_speculative_rows(fake) == [tables.FAKE_SGLANG]
+    with pytest.raises(tables.MissingRow, match=f"{SPECULATIVE_TABLE} has no row for sglang {tables.FAKE_SGLANG}"):
+        _speculative_expectation(tables.FAKE_SGLANG, GLM5)
 
 
 @pytest.mark.slow

@@ -9,7 +9,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from harness import tables
+
 if TYPE_CHECKING:
+    from fp4graph.model.stacks import Catalog
     from harness.models.simulation import SglangStack
 
 FP4_QUANTIZE = "sglang.flashinfer_fp4_quantize"
@@ -25,12 +28,24 @@ INPLACE_ALL_REDUCE = "sglang.inplace_all_reduce"
 REPLAY_TOKENS = 11
 # What sglang's ServerArgs picks for DSA models on SM120 (fp8 KV cache for major >= 10):
 # 0.5.9 server_args.py _set_default_nsa_backends (flashmla_auto / flashmla_kv), 0.5.10+
-# trtllm / trtllm (README: none of them has SM120 kernels in the pinned wheels).
-NSA_BACKENDS_ON_SM120 = {
+# trtllm / trtllm (README: none of them has SM120 kernels in the pinned wheels).  None: the
+# series keeps piecewise off for NSA models (nsa-piecewise-off), so no NSA row runs there.
+# Every sglang stack needs a row (missing_nsa_rows).
+NSA_BACKENDS_ON_SM120: dict[str, tuple[str, str] | None] = {
+    "0.5.8": None,
+    "0.5.8.post1": None,
     "0.5.9": ("flashmla_auto", "flashmla_kv"),
+    "0.5.10": ("trtllm", "trtllm"),
     "0.5.10.post1": ("trtllm", "trtllm"),
     "0.5.11": ("trtllm", "trtllm"),
 }
+
+NSA_TABLE = "tests/harness/models/expected.py: NSA_BACKENDS_ON_SM120"
+
+
+def missing_nsa_rows(catalog: Catalog) -> list[str]:
+    """The catalog's sglang releases :data:`NSA_BACKENDS_ON_SM120` has no row for."""
+    return tables.missing(NSA_BACKENDS_ON_SM120, catalog)
 
 
 def assert_nsa(stack: SglangStack, report: dict[str, Any]) -> None:
@@ -38,8 +53,9 @@ def assert_nsa(stack: SglangStack, report: dict[str, Any]) -> None:
     nsa = report["nsa"]
     assert nsa["backend"] == "NativeSparseAttnBackend" and nsa["kv_pool"] == "NSATokenToKVPool", nsa
     assert nsa["kv_cache_dtype"] == "fp8_e4m3" and nsa["page_size"] == 64, nsa
-    if stack.sglang in NSA_BACKENDS_ON_SM120:
-        assert (nsa["prefill"], nsa["decode"]) == NSA_BACKENDS_ON_SM120[stack.sglang], nsa
+    backends = tables.row(NSA_BACKENDS_ON_SM120, NSA_TABLE, stack.sglang)
+    assert backends is not None, f"{NSA_TABLE} says no NSA row runs on sglang {stack.sglang}"
+    assert (nsa["prefill"], nsa["decode"]) == backends, nsa
     layers = nsa["indexers"]
     assert layers >= 1, nsa
     for pieces in report["graphs"]:
