@@ -229,9 +229,13 @@ SGLANG = Project(
     layout=Layout("python/"),  # upstream keeps the package under python/
     version_file="sglang/_version.py",
     required_topics=(
+        # 0.5.12 wraps flashinfer.fp4_quantize in its own op (fp4_utils.py) and traces every
+        # NVFP4 family pristine (tests/models/test_releases.py): no series of its own.
         RequiredTopic(name="fp4-quantize-op",
-                      why="every SM120 flashinfer fp4_quantize call site goes through one op"),
-        RequiredTopic(name="fp4-warmup", why="the fp4 modules are built before piecewise capture"),
+                      why="every SM120 flashinfer fp4_quantize call site goes through one op",
+                      versions=SpecifierSet("<0.5.12")),
+        RequiredTopic(name="fp4-warmup", why="the fp4 modules are built before piecewise capture",
+                      versions=SpecifierSet("<0.5.12")),
         # Replaces 0.5.9's nsa-piecewise-off (piecewise turned off for NSA models).  From
         # 0.5.9: older series may still turn piecewise off for NSA models instead.
         RequiredTopic(name="nsa-piecewise-cuda-graph",
