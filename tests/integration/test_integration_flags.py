@@ -38,6 +38,9 @@ NSA_UPSTREAM_SINCE = Version("0.5.13")
         pytest.param("0.5.11", QWEN3_MOE, (), ("--disable-piecewise-cuda-graph",), id="0.5.11"),
         pytest.param("0.5.11", GLM5, ("--enforce-piecewise-cuda-graph",),
                      ("--disable-piecewise-cuda-graph",), id="0.5.11-nsa-enforce"),
+        pytest.param("0.5.12.post1", QWEN3_MOE, (), ("--disable-piecewise-cuda-graph",), id="0.5.12.post1"),
+        pytest.param("0.5.12.post1", GLM5, ("--enforce-piecewise-cuda-graph",),
+                     ("--disable-piecewise-cuda-graph",), id="0.5.12.post1-nsa-enforce"),
     ],
 )
 def test_piecewise_flags(version: str, family: Any, on: tuple[str, ...], off: tuple[str, ...]) -> None:
@@ -213,8 +216,10 @@ SPECULATIVE_ON = {
     "0.5.10": (False, False, False),  # ServerArgs: speculative decoding turns piecewise off
     "0.5.11": (True, False, False),  # init_piecewise_cuda_graphs skips a draft worker; can_run
                                      # refuses a batch asking for other hidden states (FULL)
+    "0.5.12": (True, False, False),  # as 0.5.11 (the same ServerArgs rules, draft skip, can_run)
 }
-SPECULATIVE_ENFORCED = {"0.5.10": (True, False, True), "0.5.11": (True, False, False)}
+SPECULATIVE_ENFORCED = {"0.5.10": (True, False, True), "0.5.11": (True, False, False),
+                        "0.5.12": (True, False, False)}
 SPECULATIVE_TABLE = "tests/integration/test_integration_flags.py: SPECULATIVE_ON"
 
 

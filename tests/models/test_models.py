@@ -7,7 +7,8 @@ x start order (``cuda-graph``: the default server, decode CUDA graphs captured
 before the piecewise compile; ``no-cuda-graph``: ``--disable-cuda-graph``) x MoE
 runner backend (``auto``; MoE families also ``flashinfer_cutlass``).
 
-Pristine fails with the seed error (or, where listed in :data:`EARLIER_FAILURES`, with
+Pristine fails with the seed error (a release measured pristine before its stack: what
+its row in :data:`harness.models.expected.PRISTINE_OF_STACKS` says; or, where listed in :data:`EARLIER_FAILURES`, with
 an upstream bug the trace meets first; DSA (NSA) families: at the NSA code,
 :data:`NSA_PRISTINE_FAILURES`; on GB10 with decode CUDA graphs, 0.5.10+ stop before the
 piecewise compile, in the capture, also in :data:`EARLIER_FAILURES`); patched traces every family with 0 graph breaks, the
@@ -47,8 +48,11 @@ from harness.models.expected import (
     FP4_GEMM,
     FP4_QUANTIZE,
     MOE,
+    PRISTINE_OF_STACKS,
     REPLAY_TOKENS,
+    Outcome,
     assert_nsa,
+    expect,
 )
 from harness.targets import SEED_STACK, full_matrix, sm12x_gpus, versions_with_topic
 
@@ -251,14 +255,31 @@ def test_every_sglang_stack_is_simulated() -> None:
     assert {"sglang-0.5.9", "sglang-0.5.10.post1", "sglang-0.5.11"} <= names, names
 
 
+def check_measured_pristine(outcome: Outcome, report: dict[str, Any]) -> None:
+    """A release measured pristine before its stack (0.5.12.post1: every family but the NSA
+    ones traces): its pristine side does what its row says, the release's own piecewise
+    decision included (NSA models are traced as if enforced)."""
+    assert report["piecewise_by_default"] is (not outcome.piecewise_off), describe(report)
+    if outcome.error:
+        assert not report["ok"], describe(report)
+        text = report.get("error_text", "") + report.get("traceback", "")
+        assert outcome.error in report.get("error_text", "") and outcome.where in text, describe(report)
+        return
+    assert report["ok"] and report["graph_breaks_piecewise"] == 0, describe(report)
+    assert report["piecewise_runner"] == "PiecewiseCudaGraphRunner", describe(report)
+
+
 @pytest.mark.parametrize(("stack", "patched", "case"), PARAMS)
 def test_whole_model(
     request: pytest.FixtureRequest, wheel_tree: Any, stack: simulation.SglangStack, patched: bool, case: Case
 ) -> None:
     report = result(request, wheel_tree, stack, patched, case)
     assert report["stage"] != "build", describe(report)
-    for name, value in families.ROWS[case.family].get("expect", {}).items():
+    for name, value in expect(stack.sglang, case.family, families.ROWS[case.family]).items():
         assert report.get(name) == value, (name, describe(report))
+    if not patched and stack.sglang in PRISTINE_OF_STACKS:
+        check_measured_pristine(PRISTINE_OF_STACKS[stack.sglang].families[case.family], report)
+        return
     if not patched:
         assert not report["ok"], describe(report)
         known = [f for f in EARLIER_FAILURES if f.matches(stack, case, report)]
