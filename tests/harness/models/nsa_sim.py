@@ -19,6 +19,8 @@ Stand-ins (only what cannot exist on a CPU):
 - ``deep_gemm``: a module answering ``get_num_sms`` (the SM count of the simulated GPU)
   and nothing else: its fp8 MQA-logits kernels run only inside the split op, which
   never runs its body on fake tensors;
+- ``aten::mm.dtype`` on CPU (``cpu_kernels_too``, for the eager comparison only): the
+  fp32 product of the upcast operands (the kernel exists for CUDA alone);
 - the global ServerArgs: the dataclass defaults without ``__post_init__`` (which reads
   a model from disk), device "cuda";
 - the ForwardBatch: sglang's own dataclass with the fields a piecewise extend batch has
@@ -414,6 +416,12 @@ def cpu_kernels_too() -> None:
         return out
 
     torch.library.Library.impl = impl_also_cpu  # type: ignore[method-assign]
+    # torch.mm(out_dtype=...) (aten::mm.dtype, sglang 0.5.12+'s indexer head gate on CUDA)
+    # has a CUDA kernel only: on CPU, the bf16 product accumulated in fp32.
+    if not getattr(cpu_kernels_too, "mm_dtype", None):
+        lib = torch.library.Library("aten", "IMPL")
+        lib.impl("mm.dtype", lambda a, b, out_dtype: torch.mm(a.to(out_dtype), b.to(out_dtype)), "CPU")
+        cpu_kernels_too.mm_dtype = lib  # type: ignore[attr-defined]
 
 
 def compare_split_op_with_eager() -> dict[str, Any]:
