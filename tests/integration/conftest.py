@@ -44,7 +44,11 @@ def sglang_checks(wheel_tree: Any, test_checkpoints: dict[str, pathlib.Path]) ->
     @functools.cache
     def run(stack: str) -> dict[str, Any]:
         sglang, flashinfer = stack_versions(stack)
-        trees = [wheel_tree("sglang", sglang, patched=True), wheel_tree("flashinfer-python", flashinfer, patched=True)]
+        # The stack as users install it: each project patched where it has a series.
+        fi_series = (pathlib.Path(__file__).resolve().parents[2] / "patches" / "flashinfer-python" / flashinfer
+                     / "series").is_file()
+        trees = [wheel_tree("sglang", sglang, patched=True),
+                 wheel_tree("flashinfer-python", flashinfer, patched=fi_series)]
         # One child per transformers, as the run has one venv per transformers: the stack's
         # pin, and the newer one for families whose model type the pin lacks.
         by_path: dict[tuple[pathlib.Path, ...], list[dict[str, Any]]] = {}

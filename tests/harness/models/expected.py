@@ -54,7 +54,8 @@ def missing_nsa_rows(catalog: Catalog) -> list[str]:
 # its code: (sglang, family) -> the values it gives.
 EXPECT_BY_RELEASE: dict[tuple[str, str], dict[str, Any]] = {
     # 0.5.12 fuses the shared expert only where architectures[0] is DeepseekV3ForCausalLM
-    # (models/deepseek_v2.py:2425, determine_num_fused_shared_experts); 0.5.11 also for V3.2.
+    # (models/deepseek_v2.py:2425, determine_num_fused_shared_experts), and no longer reads a
+    # deepseek_v32 config as deepseek_v3 (0.5.11: _load_deepseek_v32_model), so V3.2 is not.
     ("0.5.12.post1", "deepseek-v3.2"): {"num_fused_shared_experts": 0},
 }
 
