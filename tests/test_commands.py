@@ -91,3 +91,10 @@ def test_stacks_lists_the_catalog_by_torch_pin_for_ci(
     assert capsys.readouterr().out == "sglang-0.5.9 2.9.1\nsglang-0.5.11 2.10.0\n"
     assert cli.main(["stacks", "--sglang"]) == 0
     assert capsys.readouterr().out == "sglang-0.5.11\nsglang-0.5.9\nno-torch\n"
+    # --patched: only the stacks whose project has a series (gpu, bench and suites measure
+    # the patched flashinfer; a stack that serves it pristine has nothing to compare).
+    series_dir = tmp_path / "patches" / "sglang" / "0.5.9"
+    series_dir.mkdir(parents=True)
+    (series_dir / "series").write_text("")
+    assert cli.main(["stacks", "--torch", "--patched", "sglang"]) == 0
+    assert capsys.readouterr().out == "sglang-0.5.9 2.9.1\n"
