@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = common.settings(args)
     catalog = stacks.load(settings.stacks_file)
-    chosen = catalog.sglang_stacks() if args.sglang else catalog.stacks
+    chosen = list(catalog.sglang_stacks() if args.sglang else catalog.stacks)
     if args.patched:
         chosen = [s for s in chosen if any(
             a.project == args.patched and series.load_series(settings.patches_dir, a.project, a.version)
