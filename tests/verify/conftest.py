@@ -30,8 +30,8 @@ import pytest
 from wheel.wheelfile import WheelFile
 
 from fp4graph.model import config, projects
+from fp4graph.model.files import sha256_of
 from fp4graph.verify import suites
-from fp4graph.wheels.fetch import sha256_of
 
 PROJECT = "demo-kernels"
 STACK = "demo-1.0"

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fp4graph.model import stacks
+from fp4graph.model import files, stacks
 from fp4graph.model.config import Settings
 from fp4graph.model.errors import FetchError, HashMismatchError
 from fp4graph.wheels import build, fetch
@@ -51,7 +51,7 @@ def test_fetch_from_index_verifies_and_caches(isolated: Settings, local_index: s
     settings = dataclasses.replace(isolated, index_url=local_index)
     path = fetch.fetch(settings, "flashinfer-python", pinned(settings))
     assert path.parent == settings.cache_dir / "artifacts"
-    assert fetch.sha256_of(path) == pinned(settings).sha256
+    assert files.sha256_of(path) == pinned(settings).sha256
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no staging file left
 
 
@@ -80,7 +80,7 @@ def test_tampered_download_is_refused_and_not_cached(isolated: Settings, tampere
     message = str(info.value)
     assert "flashinfer_python-0.6.3-py3-none-any.whl" in message
     assert f"expected {expected}" in message
-    assert f"got {fetch.sha256_of(tampered_links / 'flashinfer_python-0.6.3-py3-none-any.whl')}" in message
+    assert f"got {files.sha256_of(tampered_links / 'flashinfer_python-0.6.3-py3-none-any.whl')}" in message
     assert not (settings.cache_dir / "artifacts" / "flashinfer_python-0.6.3-py3-none-any.whl").exists()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import glob
+import hashlib
 import os
 import pathlib
 import shutil
@@ -158,3 +159,12 @@ def recover(dest: pathlib.Path) -> None:
             shutil.rmtree(backup)
         else:
             backup.rename(dest)
+
+
+def sha256_of(path: pathlib.Path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -29,7 +29,7 @@ import urllib.error
 import urllib.request
 
 from ..model.errors import FetchError, Fp4graphError, HashMismatchError
-from ..model.files import atomic_directory, atomic_file
+from ..model.files import atomic_directory, atomic_file, sha256_of
 from ..model.log import log
 
 DEBIAN_MIRROR = "https://deb.debian.org/debian/"
@@ -100,14 +100,6 @@ class EmulatorError(Fp4graphError):
     """The aarch64 interpreter could not be built or does not run."""
 
 
-def _sha256(path: pathlib.Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch_deb(cache_dir: pathlib.Path, deb: Deb) -> pathlib.Path:
     """The cached, sha256-checked ``deb``; downloaded from FP4GRAPH_DEBIAN_MIRROR (default
     Debian's) when missing."""
@@ -129,7 +121,7 @@ def fetch_deb(cache_dir: pathlib.Path, deb: Deb) -> pathlib.Path:
 
 
 def _check(path: pathlib.Path, deb: Deb) -> pathlib.Path:
-    actual = _sha256(path)
+    actual = sha256_of(path)
     if actual != deb.sha256:
         raise HashMismatchError(
             f"{path}: sha256 mismatch for {deb.filename}: expected {deb.sha256}, got {actual} "

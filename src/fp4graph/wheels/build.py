@@ -21,7 +21,7 @@ from .. import __version__
 from ..model import locks, manifest, projects
 from ..model.config import Settings
 from ..model.errors import BuildError, PatchError
-from ..model.files import atomic_directory, recover
+from ..model.files import atomic_directory, recover, sha256_of
 from ..model.log import log
 from ..model.manifest import (
     BuiltArtifact,
@@ -40,7 +40,7 @@ from ..model.stacks import Artifact, ArtifactFile, Catalog, load
 from ..platforms.overrides import platform_pins
 from ..platforms.targets import LINUX_X86_64, PLATFORMS
 from . import apply, repack, trees
-from .fetch import fetch, sha256_of
+from .fetch import fetch
 from .index import write_index, write_metadata_files
 from .repack import pack
 from .trees import build_tree

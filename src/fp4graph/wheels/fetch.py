@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import hashlib
 import html.parser
 import json
 import pathlib
@@ -17,7 +16,7 @@ from packaging.utils import canonicalize_name
 
 from ..model.config import Settings
 from ..model.errors import FetchError, Fp4graphError, HashMismatchError
-from ..model.files import atomic_file
+from ..model.files import atomic_file, sha256_of
 from ..model.log import log
 from ..model.stacks import ArtifactFile, load
 
@@ -25,14 +24,6 @@ _ACCEPT = (
     "application/vnd.pypi.simple.v1+json, "
     "application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 )
-
-
-def sha256_of(path: pathlib.Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def verify(path: pathlib.Path, pinned: ArtifactFile) -> pathlib.Path:

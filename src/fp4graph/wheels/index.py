@@ -12,7 +12,7 @@ import zipfile
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from ..model.errors import BuildError
-from .fetch import sha256_of
+from ..model.files import sha256_of
 
 _PAGE = """<!DOCTYPE html>
 <html>

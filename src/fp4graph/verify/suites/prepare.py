@@ -22,12 +22,12 @@ from packaging.utils import parse_wheel_filename
 
 from ...model import config
 from ...model.errors import SuiteError
-from ...model.files import atomic_directory, write_atomic
+from ...model.files import atomic_directory, sha256_of, write_atomic
 from ...model.log import log
 from ...model.series import load_series
 from ...model.stacks import Artifact, ArtifactFile, Catalog, load
 from ...wheels.build import patched_wheel
-from ...wheels.fetch import fetch, sha256_of
+from ...wheels.fetch import fetch
 from .bundle import BUNDLE_FORMAT, VARIANTS, Bundle, install, jit_difference
 from .interpreter import bundle_requirements, requires_dist
 from .selection import SELECTIONS, Selection, select, support_paths, touched_modules

@@ -28,13 +28,13 @@ from packaging.version import Version
 
 from ...model import manifest
 from ...model.config import Settings
-from ...model.files import atomic_directory
+from ...model.files import atomic_directory, sha256_of
 from ...model.log import log
 from ...model.manifest import BuiltKernels, KernelModule
 from ...model.series import load_series
 from ...model.stacks import Artifact, load
 from .. import build as wheels_build
-from ..fetch import fetch, sha256_of
+from ..fetch import fetch
 from ..repack import unpack
 from . import compile, cross, elf, exchange, outdir, package, targets, toolchain
 from .compile import ArchBuild
