@@ -120,6 +120,24 @@ def test_a_missing_cpython_wheel_is_named(checkout: Settings, tmp_path: pathlib.
             pin.pin(settings, "sglang", "9.2.0")
 
 
+def test_a_measure_only_pin_needs_one_x86_64_cpython(checkout: Settings, tmp_path: pathlib.Path) -> None:
+    """sglang 0.5.22+ publish no cp310: a stack is refused, a measure-only pin (``--no-stack``)
+    takes the cp311 wheel; with no cp311/cp312 x86_64 wheel it is refused too."""
+    release = make_release(tmp_path / "dist", "sglang", "9.4.0", {"python/sglang/__init__.py": ""},
+                           tags=CPS[1:], sdist=False)
+    only_cp313 = make_release(tmp_path / "dist", "sglang", "9.5.0", {"python/sglang/__init__.py": ""},
+                              tags=["cp313-cp313-manylinux_2_34_x86_64"], sdist=False)
+    with Index([release, only_cp313]).serve() as url:
+        settings = dataclasses.replace(checkout, index_url=url, cache_dir=tmp_path / "cache")
+        with pytest.raises(pin.PinError, match=r"sglang 9.4.0 has no pure wheel and no cp310 x86_64 Linux wheel"):
+            pin.pin(settings, "sglang", "9.4.0")
+        pin.pin(settings, "sglang", "9.4.0", stack=False)
+        with pytest.raises(pin.PinError, match=r"sglang 9.5.0 has no pure wheel and no cp311 or cp312 x86_64"):
+            pin.pin(settings, "sglang", "9.5.0", stack=False)
+    files = stacks.load(settings.stacks_file).artifact("sglang", "9.4.0").files
+    assert [f.filename.split("-", 2)[2] for f in files] == [f"{t}.whl" for t in CPS[1:]]
+
+
 def test_aarch64_and_cp313_wheels_are_pinned_after_the_x86_64_ones(checkout: Settings, tmp_path: pathlib.Path) -> None:
     """A DGX Spark is linux aarch64: every linux wheel of a served CPython is pinned, x86_64 first."""
     tags = [*CPS, "cp313-cp313-manylinux_2_34_x86_64", "cp311-cp311-manylinux_2_34_aarch64",

@@ -50,6 +50,9 @@ from ..wheels.fetch import IndexFile, fetch, index_files
 # these CPythons and PLATFORMS' machines (aarch64: DGX Spark) is pinned too.
 REQUIRED_CPYTHONS = ("cp310", "cp311", "cp312")
 CPYTHONS = (*REQUIRED_CPYTHONS, "cp313")
+# A release pinned without a stack (measured only: nothing served) needs one linux x86_64
+# CPython wheel of these (sglang 0.5.22+ publish no cp310).
+MEASURED_CPYTHONS = ("cp311", "cp312")
 
 
 class PinError(Fp4graphError):
@@ -80,9 +83,11 @@ def _version_of(filename: str) -> tuple[str, Version] | None:
     return str(name), version
 
 
-def release_files(files: Sequence[IndexFile], project: str, version: str,
-                  where: str) -> tuple[list[IndexFile], IndexFile | None]:
-    """The wheels a stack serves and the sdist, from the index's files of ``project``."""
+def release_files(files: Sequence[IndexFile], project: str, version: str, where: str,
+                  required: Sequence[str] = REQUIRED_CPYTHONS) -> tuple[list[IndexFile], IndexFile | None]:
+    """The wheels a stack serves and the sdist, from the index's files of ``project``;
+    ``required``: the CPythons that must have a linux x86_64 wheel (all of them), or for a
+    measure-only pin :data:`MEASURED_CPYTHONS` (any one of them)."""
     wanted = (canonicalize_name(project), Version(version))
     mine = [f for f in files if _version_of(f.filename) == wanted]
     if not mine:
@@ -106,12 +111,17 @@ def release_files(files: Sequence[IndexFile], project: str, version: str,
                           if f"-{cp}-{cp}-" in f.filename and target.accepts(f.filename))
             if fits:
                 chosen.append(next(f for f in wheels if f.filename == fits[-1]))
-            elif target is LINUX_X86_64 and cp in REQUIRED_CPYTHONS:
-                raise PinError(
-                    f"{where}: {project} {version} has no pure wheel and no {cp} x86_64 Linux wheel; "
-                    f"its wheels: {', '.join(f.filename for f in wheels) or 'none'}"
-                )
+            elif target is LINUX_X86_64 and cp in required and required is not MEASURED_CPYTHONS:
+                raise _missing(where, project, version, cp, wheels)
+    if required is MEASURED_CPYTHONS and not any(
+            LINUX_X86_64.accepts(f.filename) and f"-{cp}-{cp}-" in f.filename for f in chosen for cp in required):
+        raise _missing(where, project, version, " or ".join(required), wheels)
     return chosen, sdist
+
+
+def _missing(where: str, project: str, version: str, cp: str, wheels: Sequence[IndexFile]) -> PinError:
+    return PinError(f"{where}: {project} {version} has no pure wheel and no {cp} x86_64 Linux wheel; "
+                    f"its wheels: {', '.join(f.filename for f in wheels) or 'none'}")
 
 
 def _metadata(settings: Settings, project: str, wheel: IndexFile) -> str:
@@ -281,9 +291,10 @@ def _source_pin(settings: Settings, project: str, version: str, wheel: ArtifactF
     return SourcePin(repo=entry.github, tag=f"v{version}", commit=found[1])
 
 
-def _artifact_for(settings: Settings, project: str, version: str) -> tuple[Artifact, list[IndexFile]]:
+def _artifact_for(settings: Settings, project: str, version: str,
+                  required: Sequence[str] = REQUIRED_CPYTHONS) -> tuple[Artifact, list[IndexFile]]:
     where = f"{settings.index_url.rstrip('/')}/{canonicalize_name(project)}/"
-    wheels, sdist = release_files(index_files(settings.index_url, project), project, version, where)
+    wheels, sdist = release_files(index_files(settings.index_url, project), project, version, where, required)
     files = tuple(ArtifactFile(filename=f.filename, sha256=str(f.sha256)) for f in wheels)
     sd = ArtifactFile(filename=sdist.filename, sha256=str(sdist.sha256)) if sdist else None
     return Artifact(project=canonicalize_name(project), version=version, revision=1, files=files,
@@ -297,13 +308,13 @@ def pin(settings: Settings, project: str, version: str, *, stack: bool = True) -
     path = settings.stacks_file
     text = path.read_text(encoding="utf-8")
     old = parse(read_text(text, str(path)), str(path))
-    artifact, wheels = _artifact_for(settings, project, version)
+    artifact, wheels = _artifact_for(settings, project, version, REQUIRED_CPYTHONS if stack else MEASURED_CPYTHONS)
     log(f"pin: {artifact.key}: {', '.join(f.filename for f in artifact.files)}")
     pins = exact_pins(_metadata(settings, project, wheels[0]), wheels[0].filename)
     wanted = [artifact]
     for dep in projects.NAMES:
         if dep != project and dep in pins:
-            wanted.append(_artifact_for(settings, dep, pins[dep])[0])
+            wanted.append(_artifact_for(settings, dep, pins[dep], REQUIRED_CPYTHONS if stack else MEASURED_CPYTHONS)[0])
     torch = pins.get("torch")
     written, existing = [], []
     for a in wanted:
