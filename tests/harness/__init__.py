@@ -10,8 +10,9 @@
   0.6.x and 0.7.x), ``sgsim`` (sglang's NVFP4 layers under its piecewise entry). Each lists the
   stand-ins it installs in its docstring.
 - ``targets``: what the simulation tests run on, read from patches/stacks.toml and the series.
-- ``tables``: per-version tables (keyed by sglang release) that fail loudly on a release they
-  lack, naming the table; ``with_fake_stack`` (one more sglang stack) to test that.
+- ``tables``: per-version tables (``Table``, keyed by sglang release) that fail loudly on a
+  release they lack, naming the table; ``with_fake_stack`` / ``with_fake_pin`` (one more
+  sglang release, with or without a stack) to test that (test_release_tables: every table).
 - ``kernel_packages``: flashinfer-cubin (the real wheel, a ``companions`` pin, unpacked
   without its blobs) and the flashinfer-jit-cache stand-in, as trees beside flashinfer.
 - ``checkout``: a throw-away fp4graph checkout with the engine's fixture series;

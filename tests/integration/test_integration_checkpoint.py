@@ -26,7 +26,7 @@ from fp4graph.integration import checkpoint
 from fp4graph.integration.matrix import Fusion
 from fp4graph.model import families
 from fp4graph.model.families import FAMILIES, Role, Size
-from harness.models.expected import EXPECT_BY_RELEASE
+from harness.models.expected import release_expect
 
 
 def test_quantize_round_trip() -> None:
@@ -159,7 +159,7 @@ def test_sglang_loads_every_family(sglang_checks: Any, stack: str) -> None:
         assert load["unwritten"] == {}, (cell.id, load["unwritten"])
         assert load["model_byte_sums"] == load["checkpoint_byte_sums"], cell.id
         # A release that decides against fusing a family's shared expert says so there.
-        release = EXPECT_BY_RELEASE.get((stack_versions(stack)[0], cell.family.name), {})
+        release = release_expect(stack_versions(stack)[0], cell.family.name)
         fused = (cell.family.shared_experts and cell.fusion is Fusion.ON
                  and release.get("num_fused_shared_experts", 1) != 0)
         assert load["num_fused_shared_experts"] == (1 if fused else 0), (cell.id, load["num_fused_shared_experts"])

@@ -15,7 +15,6 @@ from fp4graph.integration.matrix import Cell, Fusion, Selection, StartOrder
 from fp4graph.model import projects, stacks
 from fp4graph.model.families import FAMILIES, GLM5, LLAMA, QWEN3_MOE
 from fp4graph.model.series import load_series
-from fp4graph.model.stacks import Catalog
 from harness import tables
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -220,32 +219,40 @@ SPECULATIVE_ON = {
                                      # refuses a batch asking for other hidden states (FULL)
     "0.5.12": (True, False, False),  # as 0.5.11 (the same ServerArgs rules, draft skip, can_run)
 }
-SPECULATIVE_ENFORCED = {"0.5.10": (True, False, True), "0.5.11": (True, False, False),
-                        "0.5.12": (True, False, False)}
-SPECULATIVE_TABLE = "tests/integration/test_integration_flags.py: SPECULATIVE_ON"
-
-
-def missing_speculative_rows(catalog: Catalog) -> list[str]:
-    """The catalog's sglang releases no key of :data:`SPECULATIVE_ON` is a prefix of."""
-    return tables.missing(SPECULATIVE_ON, catalog, by_prefix=True)
+# The same with --enforce-piecewise-cuda-graph (NSA models on 0.5.10+); None: the release
+# has no such flag (NSA models opt in as the others do: SPECULATIVE_ON holds).
+SPECULATIVE_ENFORCED: dict[str, tuple[bool, bool, bool] | None] = {
+    "0.5.8": None,
+    "0.5.9": None,
+    "0.5.10": (True, False, True),
+    "0.5.11": (True, False, False),
+    "0.5.12": (True, False, False),
+}
+SPECULATIVE_TABLE = tables.Table("tests/integration/test_integration_flags.py: SPECULATIVE_ON", SPECULATIVE_ON,
+                                 by_prefix=True)
+SPECULATIVE_ENFORCED_TABLE = tables.Table("tests/integration/test_integration_flags.py: SPECULATIVE_ENFORCED",
+                                          SPECULATIVE_ENFORCED, by_prefix=True)
 
 
 def _speculative_expectation(version: str, family: Any) -> tuple[bool, bool, bool]:
-    release = tables.key_of(SPECULATIVE_ON, version, by_prefix=True)
-    if family.nsa and release in SPECULATIVE_ENFORCED:
-        return SPECULATIVE_ENFORCED[release]
-    return tables.row(SPECULATIVE_ON, SPECULATIVE_TABLE, version, by_prefix=True)
+    enforced = SPECULATIVE_ENFORCED_TABLE.row(version) if family.nsa else None
+    return enforced if enforced is not None else SPECULATIVE_TABLE.row(version)
 
 
-def test_speculative_table_has_a_row_for_every_stack() -> None:
-    assert missing_speculative_rows(stacks.load(REPO / "patches" / "stacks.toml")) == []
+def test_speculative_tables_have_a_row_for_every_stack() -> None:
+    catalog = stacks.load(REPO / "patches" / "stacks.toml")
+    assert SPECULATIVE_TABLE.missing(catalog) == [] and SPECULATIVE_ENFORCED_TABLE.missing(catalog) == []
 
 
-def test_speculative_table_fails_on_a_new_stack_by_name() -> None:
+@pytest.mark.parametrize("family", [LLAMA, GLM5], ids=["llama", "glm5"])
+def test_speculative_tables_fail_on_a_new_stack_by_name(family: Any) -> None:
+    """The NSA family reads SPECULATIVE_ENFORCED first, the others SPECULATIVE_ON: a new
+    release without a row in the one it reads fails naming that table."""
     fake = tables.with_fake_stack(stacks.load(REPO / "patches" / "stacks.toml"))
-    assert missing_speculative_rows(fake) == [tables.FAKE_SGLANG]
-    with pytest.raises(tables.MissingRow, match=f"{SPECULATIVE_TABLE} has no row for sglang {tables.FAKE_SGLANG}"):
-        _speculative_expectation(tables.FAKE_SGLANG, GLM5)
+    assert SPECULATIVE_TABLE.missing(fake) == SPECULATIVE_ENFORCED_TABLE.missing(fake) == [tables.FAKE_SGLANG]
+    table = SPECULATIVE_ENFORCED_TABLE if family.nsa else SPECULATIVE_TABLE
+    with pytest.raises(tables.MissingRow, match=f"{table.name} has no row for sglang {tables.FAKE_SGLANG}"):
+        _speculative_expectation(tables.FAKE_SGLANG, family)
 
 
 @pytest.mark.slow

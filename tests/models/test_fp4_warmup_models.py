@@ -100,7 +100,7 @@ def reports(wheel_tree: Any, target: simulation.SglangStack, *, patched: bool) -
     code = (
         "import json\nfrom harness.models import warmup_hooks\nwarmup_hooks.install_real_op_bodies()\n"
         f"from harness.models import modelsim, stand_ins\nmodelsim.prepare({str(record)!r})\n"
-        f"warmup_hooks.observe_model_warmup(modelsim, real_bodies={not patched!r})\n"
+        f"warmup_hooks.observe_model_warmup(real_bodies={not patched!r})\n"
         f"stand_ins.report('RESULT', modelsim.run_cases(json.loads({json.dumps(cases)!r})))\n"
     )
     result = run_python(code, path=path, timeout=3600)

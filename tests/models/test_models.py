@@ -8,7 +8,7 @@ before the piecewise compile; ``no-cuda-graph``: ``--disable-cuda-graph``) x MoE
 runner backend (``auto``; MoE families also ``flashinfer_cutlass``).
 
 Pristine fails with the seed error (a release measured pristine before its stack: what
-its row in :data:`harness.models.expected.PRISTINE_OF_STACKS` says; or, where listed in :data:`EARLIER_FAILURES`, with
+its row in :data:`harness.models.expected.PRISTINE_OF_STACKS` says (None: the seed error); or, where listed in :data:`EARLIER_FAILURES`, with
 an upstream bug the trace meets first; DSA (NSA) families: at the NSA code,
 :data:`NSA_PRISTINE_FAILURES`; on GB10 with decode CUDA graphs, 0.5.10+ stop before the
 piecewise compile, in the capture, also in :data:`EARLIER_FAILURES`); patched traces every family with 0 graph breaks, the
@@ -48,7 +48,7 @@ from harness.models.expected import (
     FP4_GEMM,
     FP4_QUANTIZE,
     MOE,
-    PRISTINE_OF_STACKS,
+    PRISTINE_OF_STACKS_TABLE,
     REPLAY_TOKENS,
     Outcome,
     assert_nsa,
@@ -277,8 +277,9 @@ def test_whole_model(
     assert report["stage"] != "build", describe(report)
     for name, value in expect(stack.sglang, case.family, families.ROWS[case.family]).items():
         assert report.get(name) == value, (name, describe(report))
-    if not patched and stack.sglang in PRISTINE_OF_STACKS:
-        check_measured_pristine(PRISTINE_OF_STACKS[stack.sglang].families[case.family], report)
+    measured = PRISTINE_OF_STACKS_TABLE.row(stack.sglang)
+    if not patched and measured is not None:
+        check_measured_pristine(measured.families[case.family], report)
         return
     if not patched:
         assert not report["ok"], describe(report)

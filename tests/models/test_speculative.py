@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from harness import tables
 from harness.models import families, simulation
 from harness.models.expected import ATTENTION, FP4_GEMM, FP4_QUANTIZE, MOE, REPLAY_TOKENS
 from harness.targets import full_matrix
@@ -31,9 +32,11 @@ from harness.targets import full_matrix
 FAMILIES = ("glm5", "deepseek-v3")
 SPECULATIVE = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 1, "speculative_eagle_topk": 1,
                "speculative_num_draft_tokens": 2}
-# The releases whose piecewise runner takes a batch asking for every hidden state (0.5.11
-# added the check: "PCG replay would return wrong/missing hidden_states").
-REPLAYS_FULL_HIDDEN = ("0.5.8", "0.5.9", "0.5.10")
+# Per release prefix: whether its piecewise runner takes a batch asking for every hidden
+# state (0.5.11 added the check: "PCG replay would return wrong/missing hidden_states").
+REPLAYS_FULL_HIDDEN = {"0.5.8": True, "0.5.9": True, "0.5.10": True, "0.5.11": False, "0.5.12": False}
+REPLAYS_TABLE = tables.Table("tests/models/test_speculative.py: REPLAYS_FULL_HIDDEN", REPLAYS_FULL_HIDDEN,
+                             by_prefix=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +102,7 @@ def test_speculative_target_under_piecewise(request: pytest.FixtureRequest, whee
         assert FP4_QUANTIZE in captured and FP4_GEMM in captured and MOE in captured, pieces
         assert ATTENTION in split, pieces
     prefill = report["speculative_prefill"]
-    replays = spec_case.stack.sglang.startswith(REPLAYS_FULL_HIDDEN)
+    replays = REPLAYS_TABLE.row(spec_case.stack.sglang)
     assert prefill["can_run"] is replays, prefill
     if replays:
         hidden = families.ROWS[spec_case.family]["config"]["hidden_size"]

@@ -16,6 +16,9 @@ Child side (imported only in the interpreter ``simulation`` starts, with ``tests
 ``tests/harness`` after the upstream trees on its path):
 
 - ``modelsim``: sglang's own server start and runners, end to end; lists every stand-in.
+  Its parts: ``interpreter`` (``prepare``), ``fake_device``, ``case_server_args``,
+  ``parallel_world``, ``memory_pools``, ``model_build``, ``graph_capture``,
+  ``batch_forwards``, ``case_runs``, ``case_errors`` (one line each in its docstring).
 - ``stand_ins``: what a CPU lacks: the CUDA runtime, compiled kernels and their loaders.
 - ``collectives``: the collective kernels of tensor parallel (NVML, NCCL, custom
   all-reduce), run through gloo.

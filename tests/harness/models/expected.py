@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from harness import tables
 
 if TYPE_CHECKING:
-    from fp4graph.model.stacks import Catalog
     from harness.models.simulation import SglangStack
 
 FP4_QUANTIZE = "sglang.flashinfer_fp4_quantize"
@@ -31,7 +30,7 @@ REPLAY_TOKENS = 11
 # 0.5.9 server_args.py _set_default_nsa_backends (flashmla_auto / flashmla_kv), 0.5.10+
 # trtllm / trtllm (README: none of them has SM120 kernels in the pinned wheels).  None: the
 # series keeps piecewise off for NSA models (nsa-piecewise-off), so no NSA row runs there.
-# Every sglang stack needs a row (missing_nsa_rows).
+# Every sglang stack needs a row (NSA_TABLE).
 NSA_BACKENDS_ON_SM120: dict[str, tuple[str, str] | None] = {
     "0.5.8": None,
     "0.5.8.post1": None,
@@ -42,28 +41,37 @@ NSA_BACKENDS_ON_SM120: dict[str, tuple[str, str] | None] = {
     "0.5.12.post1": ("trtllm", "trtllm"),
 }
 
-NSA_TABLE = "tests/harness/models/expected.py: NSA_BACKENDS_ON_SM120"
-
-
-def missing_nsa_rows(catalog: Catalog) -> list[str]:
-    """The catalog's sglang releases :data:`NSA_BACKENDS_ON_SM120` has no row for."""
-    return tables.missing(NSA_BACKENDS_ON_SM120, catalog)
+NSA_TABLE = tables.Table("tests/harness/models/expected.py: NSA_BACKENDS_ON_SM120", NSA_BACKENDS_ON_SM120)
 
 
 # Where a release decides otherwise than a family row's ``expect`` (families.py), read from
-# its code: (sglang, family) -> the values it gives.
-EXPECT_BY_RELEASE: dict[tuple[str, str], dict[str, Any]] = {
+# its code: sglang release -> {family: the values it gives}; ``{}``: as the rows say.  Every
+# sglang stack needs a row (EXPECT_TABLE): read the new release's code for each family.
+EXPECT_BY_RELEASE: dict[str, dict[str, dict[str, Any]]] = {
+    "0.5.8": {},
+    "0.5.8.post1": {},
+    "0.5.9": {},
+    "0.5.10": {},
+    "0.5.10.post1": {},
+    "0.5.11": {},
     # 0.5.12 fuses the shared expert only where architectures[0] is DeepseekV3ForCausalLM
     # (models/deepseek_v2.py:2425, determine_num_fused_shared_experts), and no longer reads a
     # deepseek_v32 config as deepseek_v3 (0.5.11: _load_deepseek_v32_model), so V3.2 is not.
-    ("0.5.12.post1", "deepseek-v3.2"): {"num_fused_shared_experts": 0},
+    "0.5.12.post1": {"deepseek-v3.2": {"num_fused_shared_experts": 0}},
 }
+
+EXPECT_TABLE = tables.Table("tests/harness/models/expected.py: EXPECT_BY_RELEASE", EXPECT_BY_RELEASE)
+
+
+def release_expect(sglang: str, family: str) -> dict[str, Any]:
+    """What release ``sglang`` decides for ``family`` otherwise than its row (:data:`EXPECT_BY_RELEASE`)."""
+    return EXPECT_TABLE.row(sglang).get(family, {})
 
 
 def expect(sglang: str, family: str, row: Mapping[str, Any]) -> dict[str, Any]:
     """What the report of ``family`` on ``sglang`` must hold: its row's ``expect``, with the
     release's own decisions (:data:`EXPECT_BY_RELEASE`)."""
-    return {**row.get("expect", {}), **EXPECT_BY_RELEASE.get((sglang, family), {})}
+    return {**row.get("expect", {}), **release_expect(sglang, family)}
 
 
 def assert_nsa(stack: SglangStack, report: dict[str, Any]) -> None:
@@ -71,8 +79,8 @@ def assert_nsa(stack: SglangStack, report: dict[str, Any]) -> None:
     nsa = report["nsa"]
     assert nsa["backend"] == "NativeSparseAttnBackend" and nsa["kv_pool"] == "NSATokenToKVPool", nsa
     assert nsa["kv_cache_dtype"] == "fp8_e4m3" and nsa["page_size"] == 64, nsa
-    backends = tables.row(NSA_BACKENDS_ON_SM120, NSA_TABLE, stack.sglang)
-    assert backends is not None, f"{NSA_TABLE} says no NSA row runs on sglang {stack.sglang}"
+    backends = NSA_TABLE.row(stack.sglang)
+    assert backends is not None, f"{NSA_TABLE.name} says no NSA row runs on sglang {stack.sglang}"
     assert (nsa["prefill"], nsa["decode"]) == backends, nsa
     layers = nsa["indexers"]
     assert layers >= 1, nsa
@@ -145,9 +153,18 @@ _NSA_0512 = Outcome(
                   "server_args.py:1309",
 )
 
-# Releases measured pristine that then got a stack (their series fixes what breaks here):
-# tests/models/test_models.py holds each stack's pristine side to its row.
-PRISTINE_OF_STACKS: dict[str, PristineRelease] = {
+# What each stack's release does pristine (tests/models/test_models.py holds the stack's
+# pristine side to its row): a release measured pristine before it got a stack (its series
+# fixes what breaks here), or None: the seed error, every family stopping in the piecewise
+# compile (test_models.py SEED_ERROR, EARLIER_FAILURES, NSA_PRISTINE_FAILURES).  Every
+# sglang stack needs a row (PRISTINE_OF_STACKS_TABLE).
+PRISTINE_OF_STACKS: dict[str, PristineRelease | None] = {
+    "0.5.8": None,
+    "0.5.8.post1": None,
+    "0.5.9": None,
+    "0.5.10": None,
+    "0.5.10.post1": None,
+    "0.5.11": None,
     # Stack sglang-0.5.12.post1: the #23351 backport (nsa-piecewise-cuda-graph).
     "0.5.12.post1": PristineRelease(
         flashinfer="0.6.11.post1", torch="2.11.0", transformers="5.6.0",
@@ -173,13 +190,17 @@ PRISTINE_RELEASES: dict[str, PristineRelease] = {
 }
 
 
+PRISTINE_OF_STACKS_TABLE = tables.Table("tests/harness/models/expected.py: PRISTINE_OF_STACKS", PRISTINE_OF_STACKS)
+PRISTINE_TABLE = tables.Table("tests/harness/models/expected.py: PRISTINE_RELEASES", PRISTINE_RELEASES,
+                              stacked=False)
+
+
 def pristine_release(sglang: str) -> PristineRelease:
     """The measured row of ``sglang``; a release pinned without a stack has to have one."""
     try:
-        return PRISTINE_RELEASES[sglang]
-    except KeyError:
-        raise KeyError(
-            f"sglang {sglang} is pinned in patches/stacks.toml without a stack, and "
-            "tests/harness/models/expected.py PRISTINE_RELEASES has no row for it: measure it "
+        return PRISTINE_TABLE.row(sglang)
+    except tables.MissingRow as exc:
+        raise tables.MissingRow(
+            f"{exc}; sglang {sglang} is pinned in patches/stacks.toml without a stack: measure it "
             "(tests/models/test_releases.py, FP4GRAPH_MODELS=full) and add the row"
         ) from None

@@ -1,21 +1,16 @@
 """The model tables of the whole-model harness agree with fp4graph.model.families:
 ``families`` (the test-size rows and their variants) and ``full_size`` (the published
-configs); ``expected``'s per-version table has a row for every sglang stack of the catalog
-(and a fake new one fails by name)."""
+configs); what reads ``expected``'s per-version tables names the table a release lacks."""
 
 from __future__ import annotations
 
-import pathlib
 import types
 
 import pytest
 
 from fp4graph.model.families import FAMILIES, MOE_ROWS_ALIGNMENT, by_architecture
-from fp4graph.model.stacks import load
 from harness import tables
 from harness.models import expected, families, full_size
-
-REPO = pathlib.Path(__file__).resolve().parents[3]
 
 
 def test_every_integration_family_is_a_row_of_its_architecture_and_kind() -> None:
@@ -90,17 +85,22 @@ def test_full_size_shards_evenly_at_its_tp(name: str) -> None:
 
 
 def test_nsa_table_has_a_row_for_every_stack_and_none_only_where_nsa_does_not_run() -> None:
-    catalog = load(REPO / "patches" / "stacks.toml")
-    assert expected.missing_nsa_rows(catalog) == []
     for version, backends in expected.NSA_BACKENDS_ON_SM120.items():
         assert (backends is None) == (version not in families.NSA_PIECEWISE), version
 
 
-def test_nsa_table_fails_on_a_new_stack_by_name() -> None:
-    fake = tables.with_fake_stack(load(REPO / "patches" / "stacks.toml"))
-    assert expected.missing_nsa_rows(fake) == [tables.FAKE_SGLANG]
-    stack = types.SimpleNamespace(sglang=tables.FAKE_SGLANG)
+def test_the_lookups_of_expected_fail_on_a_new_release_by_name() -> None:
+    """What reads each table of ``expected`` (tests/harness/test_release_tables.py holds the
+    tables themselves to the catalog and to a fake stack) names the table it lacks a row in."""
+    fake = tables.FAKE_SGLANG
+    stack = types.SimpleNamespace(sglang=fake)
     report = {"nsa": {"backend": "NativeSparseAttnBackend", "kv_pool": "NSATokenToKVPool",
                       "kv_cache_dtype": "fp8_e4m3", "page_size": 64}}
-    with pytest.raises(tables.MissingRow, match=f"{expected.NSA_TABLE} has no row for sglang {tables.FAKE_SGLANG}"):
+    with pytest.raises(tables.MissingRow, match=f"{expected.NSA_TABLE.name} has no row for sglang {fake}"):
         expected.assert_nsa(stack, report)  # type: ignore[arg-type]
+    with pytest.raises(tables.MissingRow, match=f"{expected.EXPECT_TABLE.name} has no row for sglang {fake}"):
+        expected.expect(fake, "llama", families.ROWS["llama"])
+    with pytest.raises(tables.MissingRow, match=f"{expected.PRISTINE_TABLE.name} has no row for sglang {fake}.*measure it"):
+        expected.pristine_release(fake)
+    assert expected.expect("0.5.12.post1", "deepseek-v3.2", {"expect": {"a": 1}}) == {
+        "a": 1, "num_fused_shared_experts": 0}

@@ -98,23 +98,25 @@ def read_alpha_on_device() -> None:
     gemm_base.create_cudnn_execution_plans_fp4_gemm = create_cudnn_execution_plans_fp4_gemm
 
 
-def observe_model_warmup(modelsim: Any, *, real_bodies: bool) -> None:
+def observe_model_warmup(*, real_bodies: bool) -> None:
     """In tests/models' child: record the piecewise warm-up of each case (patched
     sglang), and run sglang's ops' own bodies in the eager phases (``real_bodies``:
     for pristine servers, which never trace)."""
     import fi_child
     import flashinfer.gemm.gemm_base  # noqa: F401
 
+    from harness.models import case_server_args, graph_capture, interpreter
+
     fi_child.stub_cudnn()
     if real_bodies:
         read_alpha_on_device()
-    built: list[str] = modelsim._STATE["jit_built"]
+    built: list[str] = interpreter.STATE["jit_built"]
     # The server's Scheduler sets the fp4 GEMM backend from the server args before it
     # builds the model runner (initialize_fp4_gemm_config); modelsim builds the runner
     # without a Scheduler.
     from sglang.srt.layers.quantization import fp4_utils as _fp4_utils
 
-    server_args_for = modelsim.server_args_for
+    server_args_for = case_server_args.server_args_for
 
     def server_args_for_(*args: Any, **kwargs: Any) -> Any:
         server_args = server_args_for(*args, **kwargs)
@@ -122,7 +124,7 @@ def observe_model_warmup(modelsim: Any, *, real_bodies: bool) -> None:
         _fp4_utils.initialize_fp4_gemm_config(server_args)
         return server_args
 
-    modelsim.server_args_for = server_args_for_
+    case_server_args.server_args_for = server_args_for_
     warmups: list[dict[str, Any]] = []
     try:
         from sglang.srt.layers.quantization import fp4_utils
@@ -141,7 +143,7 @@ def observe_model_warmup(modelsim: Any, *, real_bodies: bool) -> None:
 
         fp4_utils.warmup_flashinfer_fp4 = warmup_flashinfer_fp4
         runner_module.warmup_flashinfer_fp4 = warmup_flashinfer_fp4
-    capture = modelsim.capture
+    capture = graph_capture.capture
 
     def capture_(built_model: Any) -> dict[str, Any]:
         with real_op_bodies() if real_bodies else contextlib.nullcontext():
@@ -149,4 +151,4 @@ def observe_model_warmup(modelsim: Any, *, real_bodies: bool) -> None:
         report["warmups"] = warmups
         return report
 
-    modelsim.capture = capture_
+    graph_capture.capture = capture_

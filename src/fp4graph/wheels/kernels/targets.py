@@ -91,8 +91,8 @@ def default_kinds(sglang: str | None, stack: str) -> tuple[str, ...]:
     kinds = DEFAULT_KINDS.get(sglang or "")
     if kinds is None:
         raise KernelsError(
-            f"stack {stack!r} has no default module list (sglang {sglang or 'none'}): "
-            f"name the modules with --modules ({', '.join(KINDS)})"
+            f"stack {stack!r} has no default module list (sglang {sglang or 'none'} has no row in "
+            f"fp4graph.model.warmup.DEFAULT_KINDS): name the modules with --modules ({', '.join(KINDS)})"
         )
     return kinds
 

@@ -1,0 +1,61 @@
+"""A case's server (child side): its model directory (only ``config.json``: dummy
+weights) and the release's own ``ServerArgs`` for it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+from typing import Any
+
+
+def write_checkpoint_dir(family: dict[str, Any], root: str) -> str:
+    """A model directory holding only the family's config.json (dummy weights)."""
+    path = pathlib.Path(root) / family["name"]
+    path.mkdir(parents=True, exist_ok=True)
+    # Atomically: the ranks of a tensor-parallel case read it at once.
+    tmp = path / f"config.json.{os.getpid()}"
+    tmp.write_text(json.dumps(family["config"], indent=1))
+    os.replace(tmp, path / "config.json")
+    return str(path)
+
+
+def server_args_for(case: dict[str, Any], model_path: str) -> Any:
+    from sglang.srt.server_args import ServerArgs
+
+    kwargs: dict[str, Any] = {
+        "model_path": model_path,
+        "quantization": "modelopt_fp4",
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+        "moe_runner_backend": case.get("moe_runner_backend", "auto"),
+        "disable_cuda_graph": not case.get("cuda_graph", True),
+        # Few capture sizes keep a case short; the runner's code path is the same.
+        "piecewise_cuda_graph_max_tokens": 16,
+        "cuda_graph_max_bs": 2,
+        "mem_fraction_static": 0.8,
+        "tp_size": case.get("tp_size", 1),
+    }
+    fields = {f.name for f in dataclasses.fields(ServerArgs)}
+    # 0.5.9 has piecewise CUDA graph opt-in, 0.5.10+ on by default.
+    if "enable_piecewise_cuda_graph" in fields:
+        kwargs["enable_piecewise_cuda_graph"] = True
+    kwargs.update(case["family"].get("server_args", {}))
+    kwargs.update(case.get("server_args", {}))
+    return ServerArgs(**{k: v for k, v in kwargs.items() if k in fields})
+
+
+def piecewise_by_default(case: dict[str, Any], model_path: str) -> bool:
+    """Whether the release's own ``ServerArgs`` keeps piecewise CUDA graph on for the case's
+    model when the user does not enforce it (the family row's
+    ``enforce_piecewise_cuda_graph`` dropped): sglang 0.5.10 ... 0.5.12 turn it off for
+    NSA models (``is_piecewise_cuda_graph_disabled_model``), which the cases then trace as
+    if it were on."""
+    family = dict(case["family"])
+    family["server_args"] = {k: v for k, v in family.get("server_args", {}).items()
+                             if k != "enforce_piecewise_cuda_graph"}
+    args = server_args_for({**case, "family": family}, model_path)
+    if hasattr(args, "disable_piecewise_cuda_graph"):  # 0.5.10 ... 0.5.13: on unless turned off
+        return not args.disable_piecewise_cuda_graph
+    return bool(args.enable_piecewise_cuda_graph)  # 0.5.8 ... 0.5.9: opt-in (server_args_for opts in)

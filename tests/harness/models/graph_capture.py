@@ -1,0 +1,171 @@
+"""The server's graph start-up of a built case (child side): decode CUDA graphs, then
+sglang's piecewise runner with every ``split_graph`` observed; :func:`capture` returns
+the trace report (pieces, ops, kernels, graph breaks, replay, collectives)."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from harness.models import collectives, interpreter, stand_ins
+from harness.models.batch_forwards import eager_forwards, replay, speculative_prefill
+from harness.models.case_errors import error_report
+from harness.models.fake_device import fake_mode
+from harness.models.model_build import Built
+
+# The fp4 ops the series route SM120 calls through, and sglang's fp4 GEMM op.
+FP4_OPS = ("sglang.flashinfer_fp4_quantize", "sglang.fp4_gemm")
+SPLIT_OP_PREFIXES = ("sglang.",)
+# sglang's collective ops that are not split ops: run eagerly, their body runs (the
+# GroupCoordinator's path to a stand-in kernel); inplace_all_reduce is a split op.
+COLLECTIVE_OPS = ("sglang.outplace_all_reduce", "sglang.reg_all_gather_into_tensor", "sglang.reg_reduce_scatter_tensor")
+COLLECTIVE_OP_CALLS: list[str] = []
+# Compiled-kernel namespaces a piece may call (recorded per piece as "kernels").
+KERNEL_PREFIXES = ("deep_gemm.", "sgl_kernel.")
+
+
+def _observe_split_graph(graphs: list[list[dict[str, Any]]]) -> None:
+    """Record every split sglang's SGLangBackend makes (calls the real split_graph)."""
+    from sglang.srt.compilation import backend
+
+    real = backend.split_graph
+    if getattr(real, "_observed", False):
+        real = real._real  # type: ignore[attr-defined]
+
+    def split_graph(graph: Any, ops: Any) -> Any:
+        split_gm, items = real(graph, ops)
+        pieces = []
+        for item in items:
+            nodes = [n for n in item.graph.graph.nodes if n.op == "call_function"]
+            calls = [str(n.target) for n in nodes]
+            pieces.append(
+                {
+                    "name": item.submod_name,
+                    "split": bool(item.is_splitting_graph),
+                    "ops": [t for t in calls if t.startswith(SPLIT_OP_PREFIXES)],
+                    "kernels": sorted({t for t in calls if t.startswith(KERNEL_PREFIXES)}),
+                    # The path each out-of-place all-reduce was traced with ("ca": custom
+                    # all-reduce, "pynccl", ...): GroupCoordinator.all_reduce decides it.
+                    "all_reduce_methods": [
+                        str(n.kwargs.get("outplace_all_reduce_method", n.args[2] if len(n.args) > 2 else None))
+                        for n in nodes if str(n.target) == "sglang.outplace_all_reduce"
+                    ],
+                }
+            )
+        graphs.append(pieces)
+        return split_gm, items
+
+    split_graph._observed = True  # type: ignore[attr-defined]
+    split_graph._real = real  # type: ignore[attr-defined]
+    backend.split_graph = split_graph
+
+
+def capture(built: Built) -> dict[str, Any]:
+    """The server's graph start-up: decode CUDA graphs (if on), then piecewise."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from fp4graph.verify import simulate
+
+    graphs: list[list[dict[str, Any]]] = []
+    _observe_split_graph(graphs)
+    counters.clear()
+    torch._dynamo.reset()
+    runner = built.runner
+    result: dict[str, Any] = {
+        "case": {k: v for k, v in built.case.items() if k != "family"} | {"family": built.case["family"]["name"]},
+        "moe_runner_backend": built.moe_runner_backend,
+        "attention_backend": built.server_args.attention_backend,
+        "quant_methods": sorted(set(built.quant_methods.values())),
+        "num_fused_shared_experts": getattr(built.model, "num_fused_shared_experts", None),
+        "device": [torch.cuda.get_device_name(), list(torch.cuda.get_device_capability())],
+        "speculative_algorithm": getattr(built.server_args, "speculative_algorithm", None),
+        "ok": True,
+        "stage": None,
+        "piecewise_by_default": built.piecewise_by_default,
+    }
+    if built.nsa:
+        result["nsa"] = nsa_report(built)
+    if built.case.get("report_shapes"):
+        result["param_shapes"] = param_shapes(built.model, built.case["report_shapes"])
+    from sglang.srt.compilation.compilation_config import SPLIT_OPS
+
+    result["split_ops_run"] = stand_ins.run_split_op_bodies(list(SPLIT_OPS))
+    result["collective_ops_run"] = stand_ins.run_split_op_bodies(list(COLLECTIVE_OPS), COLLECTIVE_OP_CALLS)
+    stage = "init_device_graphs"
+    breaks_before_piecewise = 0
+    try:
+        with fake_mode():
+            if built.case.get("cuda_graph", True):
+                runner.init_device_graphs()
+                result["decode_graph_runner"] = type(runner.graph_runner).__name__ if runner.graph_runner else None
+            breaks_before_piecewise = sum(counters["graph_break"].values())
+            stage = "init_piecewise_cuda_graphs"
+            with simulate.compiling():
+                runner.init_piecewise_cuda_graphs()
+            result["piecewise_runner"] = (
+                type(runner.piecewise_cuda_graph_runner).__name__ if runner.piecewise_cuda_graph_runner else None
+            )
+            if built.case.get("replay_tokens") and runner.piecewise_cuda_graph_runner:
+                stage = "replay"
+                mark = len(collectives.LOG)
+                result["replay"] = replay(built, built.case["replay_tokens"])
+                result["replay"]["collectives"] = [c.key() for c in collectives.LOG[mark:]]
+                if built.case.get("speculative_prefill"):
+                    stage = "speculative_prefill"
+                    result["speculative_prefill"] = speculative_prefill(built, built.case["replay_tokens"])
+                if built.server_args.tp_size > 1:
+                    stage = "eager"
+                    result["eager"] = eager_forwards(built, built.case["replay_tokens"],
+                                                     result["replay"]["static_tokens"])
+    except Exception as exc:
+        result.update(ok=False, stage=stage, **error_report(exc))
+    result["graph_breaks"] = sum(counters["graph_break"].values())
+    # Breaks before the piecewise runner starts come from torch.compile regions the
+    # decode CUDA graph runner's eager forwards enter (not fullgraph); the piecewise
+    # compile is fullgraph=True, so a break there is an error as well.
+    result["graph_breaks_piecewise"] = result["graph_breaks"] - breaks_before_piecewise
+    result["graph_break_reasons"] = [str(k)[:300] for k in counters["graph_break"]][:10]
+    result["graphs"] = graphs
+    result["kernel_calls"] = dict(sorted(collections.Counter(stand_ins.KERNEL_CALLS).items()))
+    result["triton_launches"] = dict(sorted(collections.Counter(stand_ins.TRITON_LAUNCHES).items()))
+    result["split_op_calls"] = dict(sorted(collections.Counter(stand_ins.SPLIT_OP_CALLS).items()))
+    from torch._dynamo.utils import guard_failures
+
+    result["recompile_reasons"] = [str(r)[:500] for rs in guard_failures.values() for r in rs][:10]
+    result["captures"] = len(stand_ins.CAPTURES)
+    if built.server_args.tp_size > 1:
+        result["parallel"] = collectives.report()
+        result["collectives"] = dict(collections.Counter(
+            f"{c.phase}:{c.via}.{c.kind}" for c in collectives.LOG))
+        result["collective_op_calls"] = dict(collections.Counter(COLLECTIVE_OP_CALLS))
+    result["jit_modules"] = sorted(set(interpreter.STATE.get("jit_built", []))) + sorted(set(stand_ins.JIT_BUILT))
+    return result
+
+
+def param_shapes(model: Any, suffixes: list[str]) -> dict[str, Any]:
+    """Shape and dtype of the first parameter or buffer whose name ends with each suffix
+    (``None`` where the model has none): what this rank holds."""
+    tensors = dict(model.named_parameters())
+    tensors.update(dict(model.named_buffers()))
+    out: dict[str, Any] = {}
+    for suffix in suffixes:
+        name = next((n for n in tensors if n.endswith(suffix)), None)
+        t = tensors.get(name) if name else None
+        out[suffix] = None if t is None else [list(map(int, t.shape)), str(t.dtype).removeprefix("torch.")]
+    return out
+
+
+def nsa_report(built: Built) -> dict[str, Any]:
+    """What sglang chose for an NSA (DSA) model on the simulated SM120."""
+    args = built.server_args
+    backend = built.runner.attn_backend
+    return {
+        "backend": type(backend).__name__,
+        "prefill": getattr(args, "nsa_prefill_backend", getattr(args, "dsa_prefill_backend", None)),
+        "decode": getattr(args, "nsa_decode_backend", getattr(args, "dsa_decode_backend", None)),
+        "kv_cache_dtype": args.kv_cache_dtype,
+        "page_size": args.page_size,
+        "kv_pool": type(built.runner.token_to_kv_pool).__name__,
+        "indexers": sum(1 for _, m in built.model.named_modules() if type(m).__name__ == "Indexer"),
+    }

@@ -1,0 +1,80 @@
+"""The prepared child interpreter (child side): :func:`prepare` installs every stand-in
+:mod:`modelsim` lists, in order, and imports sglang's model registry; :data:`STATE` keeps
+what it made (the simulated GPU, the temporary directory, the JIT modules built)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import sys
+import tempfile
+from typing import Any
+
+from harness.models import collectives, stand_ins
+
+# What prepare made: the simulated GPU, the temporary directory, the JIT modules built.
+STATE: dict[str, Any] = {}
+
+
+def prepare(record_path: str | None = None, gpu_name: str = "sm120", *, installed: bool = False) -> None:
+    """Simulate the device (``gpu_name``: a key of ``fp4graph.verify.simulate.GPUS``) and
+    install every stand-in; import sglang's model registry. ``installed``: sglang and its
+    dependencies are this venv's (see the docstring)."""
+    from fp4graph.verify import simulate
+
+    gpu = simulate.GPUS[gpu_name]
+    STATE["gpu"] = gpu
+    simulate.install(gpu)
+    import torch
+
+    tmp = tempfile.mkdtemp(prefix="fp4graph-models-")
+    STATE["tmp"] = tmp
+    os.environ.setdefault("SGLANG_CACHE_DIR", os.path.join(tmp, "sglang-cache"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tmp, "inductor"))
+    stand_ins.install_cuda_runtime(gpu.total_memory)
+    stand_ins.install_host_collectives()
+    collectives.install_nvml()
+    stand_ins.install_nvidia_smi(tmp, gpu)
+    record = json.loads(pathlib.Path(record_path or os.environ["FP4GRAPH_SGL_KERNEL_RECORD"]).read_text())
+    stand_ins.install_sgl_kernel_ops(record)
+    stand_ins.import_deep_gemm(tmp)
+    import sgsim
+
+    sys.meta_path.insert(0, sgsim._StubFinder("flashinfer.comm"))
+    try:
+        import torchvision  # noqa: F401
+    except Exception:
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        sys.meta_path.insert(0, sgsim._StubFinder("torchvision"))
+        import importlib
+
+        auto = importlib.import_module("transformers.models.auto.image_processing_auto")
+        sys.modules["transformers"].AutoImageProcessor = auto.AutoImageProcessor
+    with stand_ins.no_compiled_sgl_kernel() if installed else contextlib.nullcontext():
+        import sgl_kernel  # noqa: F401  (the real Python package over the stand-in library)
+
+    STATE["jit_built"] = stand_ins.install_flashinfer_jit(os.path.join(tmp, "flashinfer"))
+    stand_ins.install_cute_dsl_compiler()
+    stand_ins.install_tvm_ffi_compiler()
+    stand_ins.install_triton_launcher()
+    stand_ins.record_cuda_bodies()
+    stand_ins.install_inductor_codegen()
+    stand_ins.install_fake_cuda_indexing()
+    # Whether the device runs Triton is asked once and cached: ask while the simulated
+    # GPU is visible (it is hidden while Dynamo compiles, see simulate.compiling).
+    import torch.utils._triton
+
+    torch.utils._triton.has_triton.cache_clear()
+    torch.utils._triton.has_triton()
+    torch.set_num_threads(1)
+    # What the scheduler imports before a model runner exists.
+    import sglang.srt.model_executor.model_runner  # noqa: F401
+
+    collectives.install_libraries()
+    collectives.install_process_group_collectives()
+    from sglang.srt.models.registry import ModelRegistry
+
+    ModelRegistry.get_supported_archs()

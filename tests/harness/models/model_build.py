@@ -1,0 +1,208 @@
+"""A case's model and ``ModelRunner``, built the way a 1-GPU sglang server builds them
+(child side): sglang's loader on the host, every tensor swapped for a fake CUDA tensor,
+the runner's ``__init__`` state set from the real objects (stand-ins 5 and 7 of
+:mod:`modelsim`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+from harness.models import case_server_args, interpreter
+from harness.models.fake_device import device_tensors_fake, fake_mode, host_is_device, to_fake_cuda
+from harness.models.memory_pools import dsa_name, memory_pools, nsa_memory_pools
+from harness.models.parallel_world import init_parallel_state
+
+
+@dataclasses.dataclass
+class Built:
+    model: Any
+    runner: Any
+    server_args: Any
+    model_config: Any
+    quant_methods: dict[str, str]
+    moe_runner_backend: str
+    case: dict[str, Any]
+    nsa: bool = False
+    piecewise_by_default: bool | None = None
+
+
+def nsa_attention_backend(runner: Any) -> Any:
+    """sglang's own attention backend for the server arguments (``--attention-backend nsa``,
+    with the NSA prefill / decode implementations ServerArgs chose for SM120), built by
+    ``ModelRunner._get_attention_backend``; its kernels are the stand-ins'."""
+    with fake_mode():
+        return runner._get_attention_backend()
+
+
+def attention_backend(req_to_token_pool: Any = None, token_to_kv_pool: Any = None) -> Any:
+    """An AttentionBackend subclass standing in for the attention kernels; it holds the
+    runner's pools, as sglang's backends do (0.5.13+ models read the KV pool through the
+    forward context's attention backend)."""
+    import torch
+    from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+
+    class SimulatedAttentionBackend(AttentionBackend):
+        """Outputs of the real shape; no kernels, no metadata."""
+
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+            self.req_to_token_pool = req_to_token_pool
+            self.token_to_kv_pool = token_to_kv_pool
+
+        def init_forward_metadata(self, forward_batch: Any) -> None:
+            pass
+
+        def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
+            pass
+
+        def init_forward_metadata_capture_cuda_graph(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def init_forward_metadata_replay_cuda_graph(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def get_cuda_graph_seq_len_fill_value(self) -> int:
+            return 1
+
+        def _out(self, q: Any, layer: Any) -> Any:
+            self.calls.append(type(layer).__name__)
+            rows = q.shape[0]
+            return torch.empty(rows, layer.tp_q_head_num * layer.v_head_dim, dtype=q.dtype, device=q.device)
+
+        def forward_decode(self, q: Any, k: Any, v: Any, layer: Any, forward_batch: Any, save_kv_cache: bool = True, **kw: Any) -> Any:
+            return self._out(q, layer)
+
+        def forward_extend(self, q: Any, k: Any, v: Any, layer: Any, forward_batch: Any, save_kv_cache: bool = True, **kw: Any) -> Any:
+            return self._out(q, layer)
+
+    return SimulatedAttentionBackend()
+
+
+def quant_methods(model: Any) -> dict[str, str]:
+    out = {}
+    for name, module in model.named_modules():
+        method = getattr(module, "quant_method", None)
+        if method is not None:
+            out[name] = type(method).__name__
+    return out
+
+
+def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
+    """``ModelRunner.__new__`` with the attributes its ``__init__`` sets for this rank."""
+    import torch
+    from sglang.srt.distributed import get_pp_group, get_tp_group
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    runner = ModelRunner.__new__(ModelRunner)
+    req_to_token, kv, allocator = memory_pools(server_args, model_config, model_config.dtype)
+    attrs = dict(
+        server_args=server_args,
+        model_config=model_config,
+        model=model,
+        device="cuda",
+        gpu_id=torch.cuda.current_device(),
+        tp_rank=get_tp_group().rank_in_group,
+        tp_size=server_args.tp_size,
+        pp_rank=0,
+        pp_size=1,
+        moe_ep_rank=0,
+        moe_ep_size=1,
+        dp_size=1,
+        dp_rank=None,
+        attn_cp_size=1,
+        attn_cp_rank=0,
+        moe_dp_size=1,
+        moe_dp_rank=0,
+        page_size=server_args.page_size,
+        dtype=model_config.dtype,
+        is_draft_worker=False,
+        is_generation=model_config.is_generation,
+        is_multimodal=model_config.is_multimodal,
+        is_hybrid_swa=getattr(model_config, "is_hybrid_swa", False),
+        is_hybrid_swa_compress=getattr(model_config, "is_hybrid_swa_compress", False),
+        use_mla_backend=getattr(model_config, "attention_arch", None) is not None
+        and model_config.attention_arch.name == "MLA",
+        spec_algorithm=SpeculativeAlgorithm.from_string(server_args.speculative_algorithm),
+        req_to_token_pool=req_to_token,
+        token_to_kv_pool=kv,
+        token_to_kv_pool_allocator=allocator,
+        max_total_num_tokens=kv.size,
+        attn_backend=attention_backend(req_to_token, kv),
+        decode_attn_backend_group=[],
+        tp_group=get_tp_group(),
+        pp_group=get_pp_group(),
+        lora_manager=None,
+        forward_pass_id=0,
+        eagle_use_aux_hidden_state=False,
+        model_is_mrope=False,
+        # 0.5.10+
+        enable_hisparse=getattr(server_args, "enable_hisparse", False),
+        hisparse_coordinator=None,
+        token_table=None,
+        # 0.5.11
+        device_timer=None,
+        enable_elastic_ep=False,
+        msprobe_debugger=None,
+        # 0.5.13: install_canary's answer with the KV canary off (its default)
+        canary_manager=None,
+    )
+    import sglang.srt.model_executor.model_runner as model_runner_module
+
+    if hasattr(model_runner_module, "_UNSET"):  # 0.5.13: resolved on first use
+        attrs["_linear_attn_registry_cache"] = model_runner_module._UNSET
+    attrs["support_pp"] = "pp_proxy_tensors" in inspect.signature(model.forward).parameters
+    runner.__dict__.update(attrs)
+    # State ModelRunner.initialize() derives on the way (release methods).
+    if hasattr(runner, "maybe_init_ngram_embedding"):
+        with fake_mode():
+            runner.maybe_init_ngram_embedding()
+    return runner
+
+
+def build(case: dict[str, Any]) -> Built:
+    """The model of ``case`` built the way a 1-GPU sglang server builds it."""
+    import torch
+    from sglang.srt.configs.device_config import DeviceConfig
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_loader import get_model_loader
+    from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+    path = case_server_args.write_checkpoint_dir(case["family"], interpreter.STATE["tmp"])
+    by_default = case_server_args.piecewise_by_default(case, path)
+    server_args = case_server_args.server_args_for(case, path)
+    set_global_server_args_for_scheduler(server_args)
+    model_config = ModelConfig.from_server_args(server_args)
+    init_parallel_state(server_args, model_config)
+    load_config = LoadConfig(load_format=server_args.load_format)
+    try:
+        loader = get_model_loader(load_config, model_config)
+    except TypeError:
+        loader = get_model_loader(load_config)
+    # Built on the host; what the model allocates on the GPU by name (DeepSeek's YaRN
+    # rotary cache: device="cuda") is a fake CUDA tensor, as it would be on the device.
+    with host_is_device(), torch.device("cpu"), device_tensors_fake():
+        model = loader.load_model(model_config=model_config, device_config=DeviceConfig("cpu"))
+    to_fake_cuda(model)
+    from sglang.srt.configs import model_config as model_configs
+    from sglang.srt.layers.moe.utils import get_moe_runner_backend
+
+    runner = model_runner(server_args, model_config, model)
+    nsa = dsa_name(model_configs, "is_deepseek_nsa", "is_deepseek_dsa")(model_config.hf_config)
+    if nsa:
+        nsa_memory_pools(runner)
+        runner.attn_backend = nsa_attention_backend(runner)
+    return Built(
+        nsa=nsa,
+        piecewise_by_default=by_default,
+        model=model,
+        runner=runner,
+        server_args=server_args,
+        model_config=model_config,
+        quant_methods=quant_methods(model),
+        moe_runner_backend=str(get_moe_runner_backend()),
+        case=case,
+    )
