@@ -16,12 +16,16 @@ A pinned release without a row, or a row for a release not pinned, fails collect
 
 Which part runs: ``FP4GRAPH_MODELS=full`` (``nox -s tracing``) every family the release
 has, both MoE runner backends, both start orders, SM120 and SM121; CI the newest measured
-release's :data:`CI_FAMILIES` on SM120 in the default start order (one child).
+release that this venv's torch measures (:func:`ci_release`) with its :data:`CI_FAMILIES` on
+SM120 in the default start order (one child).  A release pinning a newer torch (0.5.22+:
+2.14.1) runs under ``$FP4GRAPH_TORCH_PYTHON`` (:func:`harness.models.simulation.python_for`)
+and fails, naming it, where that is not set.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 import pytest
@@ -64,9 +68,15 @@ def release_families(sglang: str) -> list[str]:
     return out
 
 
+def ci_release() -> simulation.SglangStack:
+    """The newest measured release this venv's torch measures (CI's torch: 2.13.0)."""
+    return [t for t in RELEASES if simulation.python_for(expected.pristine_release(t.sglang).torch)
+            == sys.executable][-1]
+
+
 def matrix(target: simulation.SglangStack) -> list[Case]:
     if not FULL:
-        if target != RELEASES[-1]:
+        if target != CI:
             return []
         return [Case(name) for name in CI_FAMILIES if name in release_families(target.sglang)]
     out = []
@@ -78,6 +88,7 @@ def matrix(target: simulation.SglangStack) -> list[Case]:
     return out
 
 
+CI = None if FULL else ci_release()
 PARAMS = [pytest.param(t, c, id=f"{t.name}-pristine-{c.id}") for t in RELEASES for c in matrix(t)]
 _REPORTS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
 
@@ -92,7 +103,14 @@ def report_of(request: pytest.FixtureRequest, wheel_tree: Any, target: simulatio
                  if getattr(item, "callspec", None) is not None
                  and item.callspec.params.get("target") == target
                  and getattr(item.callspec.params.get("case"), "gpu", None) == case.gpu] or [case]
-        reports = simulation.run(wheel_tree, target, patched=False, cases=[c.request() for c in cases], gpu=case.gpu)
+        torch_pin = expected.pristine_release(target.sglang).torch
+        python = simulation.python_for(torch_pin)
+        if python is None:
+            pytest.fail(f"sglang {target.sglang} pins torch {torch_pin}, newer than this venv's: point "
+                        f"${simulation.TORCH_PYTHON} at a venv's python with torch {torch_pin}, its torchvision "
+                        "and this checkout's test requirements")
+        reports = simulation.run(wheel_tree, target, patched=False, cases=[c.request() for c in cases],
+                                 gpu=case.gpu, python=python)
         _REPORTS[key] = {c.id: r for c, r in zip(cases, reports, strict=True)}
     return _REPORTS[key][case.id]
 
@@ -133,6 +151,10 @@ def test_pristine_release(request: pytest.FixtureRequest, wheel_tree: Any, targe
     assert report["stage"] != "build", describe(report)
     # The release's own decision, with the family's row as a user starts it (no enforce flag).
     assert report["piecewise_by_default"] is (not outcome.piecewise_off), describe(report)
+    # 0.5.14+: the prefill backend ServerArgs resolves when the user names none is the row's.
+    default = report["default_prefill_backend"]
+    row = expected.pristine_release(target.sglang)
+    assert default is None or row.default_prefill.startswith(f"`{default}`"), (default, row.default_prefill)
     if outcome.error:
         assert not report["ok"], describe(report)
         text = report.get("error_text", "") + report.get("traceback", "")

@@ -14,6 +14,24 @@ from harness.models.fake_device import fake_mode
 from harness.models.model_build import Built
 
 
+def prefill_graph_runner(runner: Any) -> Any:
+    """The runner replaying the torch.compile piecewise graphs, None if there is none:
+    ``piecewise_cuda_graph_runner`` up to 0.5.13, from 0.5.14 ``prefill_cuda_graph_runner``
+    with a tc_piecewise backend (the eager runner stands there when prefill graphs are off)."""
+    if not hasattr(runner, "init_prefill_cuda_graph"):
+        return runner.piecewise_cuda_graph_runner
+    pcg = getattr(runner, "prefill_cuda_graph_runner", None)
+    return pcg if pcg is not None and hasattr(pcg, "backend") else None
+
+
+def can_replay(pcg: Any, batch: Any) -> bool:
+    return bool(pcg.can_run_graph(batch) if hasattr(pcg, "can_run_graph") else pcg.can_run(batch))
+
+
+def replay_graphs(pcg: Any, batch: Any) -> Any:
+    return pcg.execute(batch) if hasattr(pcg, "execute") else pcg.replay(batch)
+
+
 def extend_batch(runner: Any, num_tokens: int, hidden: str = "NULL") -> Any:
     """A prefill (extend) batch of one new request of ``num_tokens`` tokens, as the
     scheduler hands it to ``ModelRunner.forward``: the fields the piecewise runner
@@ -62,13 +80,13 @@ def speculative_prefill(built: Built, num_tokens: int) -> dict[str, Any]:
     where it does, one padded replay of it (the draft model reads its hidden states)."""
     import torch
 
-    pcg = built.runner.piecewise_cuda_graph_runner
+    pcg = prefill_graph_runner(built.runner)
     with fake_mode(), torch.no_grad():
         batch = extend_batch(built.runner, num_tokens, hidden="FULL")
-        out: dict[str, Any] = {"can_run": bool(pcg.can_run(batch)),
+        out: dict[str, Any] = {"can_run": can_replay(pcg, batch),
                                "spec_algorithm": str(built.runner.spec_algorithm)}
         if out["can_run"]:
-            output = pcg.replay(batch)
+            output = replay_graphs(pcg, batch)
             hidden = output.hidden_states
             out["logits"] = list(map(int, output.next_token_logits.shape))
             out["hidden_states"] = None if hidden is None else list(map(int, hidden.shape))
@@ -93,13 +111,13 @@ def replay(built: Built, num_tokens: int) -> dict[str, Any]:
     in the replay with the rows of their first tensor argument."""
     import torch
 
-    pcg = built.runner.piecewise_cuda_graph_runner
+    pcg = prefill_graph_runner(built.runner)
     first = len(stand_ins.KERNEL_SHAPES)
     calls = len(stand_ins.SPLIT_OP_CALLS)
     with fake_mode(), torch.no_grad(), runner_forward_context(built.runner):
         batch = extend_batch(built.runner, num_tokens)
-        assert pcg.can_run(batch), f"the piecewise runner refuses a {num_tokens}-token extend batch"
-        output = pcg.replay(batch)
+        assert can_replay(pcg, batch), f"the piecewise runner refuses a {num_tokens}-token extend batch"
+        output = replay_graphs(pcg, batch)
     kernels: dict[str, list[int]] = {}
     for name, rows in stand_ins.KERNEL_SHAPES[first:]:
         kernels.setdefault(name, []).append(rows)

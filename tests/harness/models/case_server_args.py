@@ -41,9 +41,40 @@ def server_args_for(case: dict[str, Any], model_path: str) -> Any:
     # 0.5.9 has piecewise CUDA graph opt-in, 0.5.10+ on by default.
     if "enable_piecewise_cuda_graph" in fields:
         kwargs["enable_piecewise_cuda_graph"] = True
+    if RUNNER_BACKENDS in fields:
+        kwargs.update(runner_backend_args(case))
     kwargs.update(case["family"].get("server_args", {}))
     kwargs.update(case.get("server_args", {}))
     return ServerArgs(**{k: v for k, v in kwargs.items() if k in fields})
+
+
+# sglang 0.5.14+ (the runner-backend refactor): a CUDA graph backend per phase
+# (model_executor/cuda_graph_config.py), the prefill one chosen by the user with
+# ``--cuda-graph-backend-prefill`` (or ``--cuda-graph-config``); torch.compile piecewise is
+# ``tc_piecewise``.
+RUNNER_BACKENDS = "cuda_graph_backend_prefill"
+TC_PIECEWISE = "tc_piecewise"
+
+
+def runner_backend_args(case: dict[str, Any]) -> dict[str, Any]:
+    """The 0.5.14+ flags of ``case``: ``--cuda-graph-backend-prefill tc_piecewise`` (a user's
+    selection: sglang then skips its auto-disable rules), decode graphs off with
+    ``--disable-decode-cuda-graph`` (the legacy ``disable_cuda_graph`` turns prefill off
+    too), the same few capture sizes as before."""
+    return {RUNNER_BACKENDS: TC_PIECEWISE, "cuda_graph_max_bs_prefill": 16, "cuda_graph_max_bs_decode": 2,
+            "disable_cuda_graph": False, "disable_decode_cuda_graph": not case.get("cuda_graph", True)}
+
+
+def prefill_backend_by_default(case: dict[str, Any], model_path: str) -> str | None:
+    """sglang 0.5.14+: the prefill CUDA graph backend ``ServerArgs`` resolves for the case's
+    model when the user names none (its default, after its own auto-disable rules);
+    None before 0.5.14."""
+    from sglang.srt.server_args import ServerArgs
+
+    if RUNNER_BACKENDS not in {f.name for f in dataclasses.fields(ServerArgs)}:
+        return None
+    plain = {**case, "server_args": {**case.get("server_args", {}), RUNNER_BACKENDS: None}}
+    return str(server_args_for(plain, model_path).cuda_graph_config.prefill.backend)
 
 
 def piecewise_by_default(case: dict[str, Any], model_path: str) -> bool:
@@ -56,6 +87,8 @@ def piecewise_by_default(case: dict[str, Any], model_path: str) -> bool:
     family["server_args"] = {k: v for k, v in family.get("server_args", {}).items()
                              if k != "enforce_piecewise_cuda_graph"}
     args = server_args_for({**case, "family": family}, model_path)
+    if hasattr(args, RUNNER_BACKENDS):  # 0.5.14+: the prefill backend the selection resolves to
+        return str(args.cuda_graph_config.prefill.backend) == TC_PIECEWISE
     if hasattr(args, "disable_piecewise_cuda_graph"):  # 0.5.10 ... 0.5.13: on unless turned off
         return not args.disable_piecewise_cuda_graph
     return bool(args.enable_piecewise_cuda_graph)  # 0.5.8 ... 0.5.9: opt-in (server_args_for opts in)

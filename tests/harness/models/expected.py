@@ -177,6 +177,11 @@ PRISTINE_OF_STACKS: dict[str, PristineRelease | None] = {
     ),
 }
 
+_ALL_WORK = {
+    "llama": WORKS, "qwen3": WORKS, "qwen3-moe": WORKS, "deepseek-v3": WORKS,
+    "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS, "glm5": WORKS, "deepseek-v3.2": WORKS,
+}
+
 PRISTINE_RELEASES: dict[str, PristineRelease] = {
     # PR #23351 upstream: NSA models in piecewise, the indexer's top-k a split op.
     "0.5.13.post1": PristineRelease(
@@ -186,6 +191,14 @@ PRISTINE_RELEASES: dict[str, PristineRelease] = {
             "llama": WORKS, "qwen3": WORKS, "qwen3-moe": WORKS, "deepseek-v3": WORKS,
             "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS, "glm5": WORKS, "deepseek-v3.2": WORKS,
         },
+    ),
+    # The runner-backend refactor: PrefillCudaGraphRunner with a per-phase backend
+    # (model_executor/cuda_graph_config.py); tc_piecewise is the prefill default, selected
+    # here with --cuda-graph-backend-prefill tc_piecewise.
+    "0.5.14": PristineRelease(
+        flashinfer="0.6.12", torch="2.11.0", transformers="5.8.1",
+        default_prefill="`tc_piecewise` (torch.compile, TcPiecewiseCudaGraphBackend), on by default",
+        families=_ALL_WORK,
     ),
 }
 

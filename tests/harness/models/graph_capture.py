@@ -8,7 +8,12 @@ import collections
 from typing import Any
 
 from harness.models import collectives, interpreter, stand_ins
-from harness.models.batch_forwards import eager_forwards, replay, speculative_prefill
+from harness.models.batch_forwards import (
+    eager_forwards,
+    prefill_graph_runner,
+    replay,
+    speculative_prefill,
+)
 from harness.models.case_errors import error_report
 from harness.models.fake_device import fake_mode
 from harness.models.model_build import Built
@@ -60,8 +65,30 @@ def _observe_split_graph(graphs: list[list[dict[str, Any]]]) -> None:
     backend.split_graph = split_graph
 
 
+def init_cuda_graphs(runner: Any, decode: bool) -> dict[str, Any]:
+    """sglang 0.5.14+ ``ModelRunner.init_cuda_graphs``: the eager runner, the prefill graphs
+    (tc_piecewise: torch.compile, then capture), then the decode graphs if on.  What it
+    started: the prefill runner's backend (``piecewise_runner``), the decode runner."""
+    from sglang.srt.model_executor.runner.eager_runner import EagerRunner
+
+    from fp4graph.verify import simulate
+
+    runner.eager_runner = EagerRunner(runner)
+    with simulate.compiling():
+        runner.init_prefill_cuda_graph()
+    pcg = prefill_graph_runner(runner)
+    out: dict[str, Any] = {"piecewise_runner": type(pcg.backend).__name__ if pcg else None}
+    runner.decode_cuda_graph_runner = None
+    runner.graph_mem_usage = 0
+    if decode:
+        runner.init_decode_cuda_graph()
+        out["decode_graph_runner"] = type(runner.decode_cuda_graph_runner).__name__
+    return out
+
+
 def capture(built: Built) -> dict[str, Any]:
-    """The server's graph start-up: decode CUDA graphs (if on), then piecewise."""
+    """The server's graph start-up: decode CUDA graphs (if on), then piecewise (0.5.14+: as
+    the release starts them, :func:`init_cuda_graphs`)."""
     import torch
     from torch._dynamo.utils import counters
 
@@ -83,6 +110,7 @@ def capture(built: Built) -> dict[str, Any]:
         "ok": True,
         "stage": None,
         "piecewise_by_default": built.piecewise_by_default,
+        "default_prefill_backend": built.default_prefill_backend,
     }
     if built.nsa:
         result["nsa"] = nsa_report(built)
@@ -96,17 +124,21 @@ def capture(built: Built) -> dict[str, Any]:
     breaks_before_piecewise = 0
     try:
         with fake_mode():
-            if built.case.get("cuda_graph", True):
-                runner.init_device_graphs()
-                result["decode_graph_runner"] = type(runner.graph_runner).__name__ if runner.graph_runner else None
-            breaks_before_piecewise = sum(counters["graph_break"].values())
-            stage = "init_piecewise_cuda_graphs"
-            with simulate.compiling():
-                runner.init_piecewise_cuda_graphs()
-            result["piecewise_runner"] = (
-                type(runner.piecewise_cuda_graph_runner).__name__ if runner.piecewise_cuda_graph_runner else None
-            )
-            if built.case.get("replay_tokens") and runner.piecewise_cuda_graph_runner:
+            if hasattr(runner, "init_prefill_cuda_graph"):  # 0.5.14+
+                stage = "init_cuda_graphs"
+                result.update(init_cuda_graphs(runner, built.case.get("cuda_graph", True)))
+            else:
+                if built.case.get("cuda_graph", True):
+                    runner.init_device_graphs()
+                    result["decode_graph_runner"] = type(runner.graph_runner).__name__ if runner.graph_runner else None
+                breaks_before_piecewise = sum(counters["graph_break"].values())
+                stage = "init_piecewise_cuda_graphs"
+                with simulate.compiling():
+                    runner.init_piecewise_cuda_graphs()
+                result["piecewise_runner"] = (
+                    type(runner.piecewise_cuda_graph_runner).__name__ if runner.piecewise_cuda_graph_runner else None
+                )
+            if built.case.get("replay_tokens") and prefill_graph_runner(runner):
                 stage = "replay"
                 mark = len(collectives.LOG)
                 result["replay"] = replay(built, built.case["replay_tokens"])

@@ -26,6 +26,7 @@ class Built:
     case: dict[str, Any]
     nsa: bool = False
     piecewise_by_default: bool | None = None
+    default_prefill_backend: str | None = None
 
 
 def nsa_attention_backend(runner: Any) -> Any:
@@ -148,6 +149,11 @@ def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
         msprobe_debugger=None,
         # 0.5.13: install_canary's answer with the KV canary off (its default)
         canary_manager=None,
+        # 0.5.14+: the eager runner sizes its buffers by it (the req-to-token pool's size)
+        max_running_requests=req_to_token.size,
+        # 0.5.14+: the eager runner's kernel warm-up (FlashInfer's autotuner timing real
+        # kernels) counts as done, as the harness skips ModelRunner.kernel_warmup before.
+        _kernel_warmed_up=True,
     )
     import sglang.srt.model_executor.model_runner as model_runner_module
 
@@ -173,6 +179,7 @@ def build(case: dict[str, Any]) -> Built:
 
     path = case_server_args.write_checkpoint_dir(case["family"], interpreter.STATE["tmp"])
     by_default = case_server_args.piecewise_by_default(case, path)
+    default_prefill = case_server_args.prefill_backend_by_default(case, path)
     server_args = case_server_args.server_args_for(case, path)
     set_global_server_args_for_scheduler(server_args)
     model_config = ModelConfig.from_server_args(server_args)
@@ -198,6 +205,7 @@ def build(case: dict[str, Any]) -> Built:
     return Built(
         nsa=nsa,
         piecewise_by_default=by_default,
+        default_prefill_backend=default_prefill,
         model=model,
         runner=runner,
         server_args=server_args,

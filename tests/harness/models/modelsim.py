@@ -26,7 +26,11 @@ What runs is sglang's own code, end to end, for the release on the path:
   ``PiecewiseCudaGraphRunner`` (its module, ``install_torch_compiled`` arguments,
   ForwardBatch, forward context, capture sizes largest first, warm-up and capture
   runs) with sglang's ``SGLangBackend`` (``split_graph``, per-piece compile,
-  ``CUDAPiecewiseBackend``).  ``split_graph`` is observed (called through).
+  ``CUDAPiecewiseBackend``).  ``split_graph`` is observed (called through).  From 0.5.14
+  (the runner-backend refactor) ``ModelRunner.init_cuda_graphs``' steps instead: the
+  ``EagerRunner``, ``init_prefill_cuda_graph`` (``PrefillCudaGraphRunner`` with the
+  ``tc_piecewise`` backend, selected with ``--cuda-graph-backend-prefill tc_piecewise``),
+  then ``init_decode_cuda_graph`` when decode graphs are on.
 
 Stand-ins, and only these (tests/harness/models/stand_ins.py):
 
@@ -52,6 +56,8 @@ Stand-ins, and only these (tests/harness/models/stand_ins.py):
    0.5.12 DeepGEMM is its own wheel (sgl-deep-gemm, a tvm-ffi module): its Python is
    the pinned wheel's, its compiled ``_C`` a module of functions recorded like the ops
    above (``stand_ins.TvmFfiDeepGemm``: same shapes, untraceable as a tvm-ffi function is);
+   sgl-deep-gemm 0.2+ is a TORCH_LIBRARY module: the schemas of its ``_C.so`` (recorded
+   with the companion) are defined like sgl-kernel's, the library's load is a no-op;
 4. JIT-compiled kernels: FlashInfer's JIT build/load and cubin downloads
    (tests/flashinfer stand-ins: no-op kernels, the fused-MoE runner object),
    sglang.jit_kernel's ``tvm_ffi.cpp.load_inline`` / ``load`` (no-op kernels), Triton
@@ -70,7 +76,8 @@ Stand-ins, and only these (tests/harness/models/stand_ins.py):
    allocator is a stand-in;
 7. the parts of ``ModelRunner.__init__`` that need a GPU (distributed init over
    NCCL, memory profiling): the runner is ``ModelRunner.__new__`` with the
-   attributes ``__init__`` would set, from the real objects above;
+   attributes ``__init__`` would set, from the real objects above (0.5.14+: kernel
+   warm-up counted as done, so the eager runner does not run FlashInfer's autotuner);
 8. device memory has no data: every device tensor is a fake (FakeTensorMode with a
    ShapeEnv), so a host read of a device value (``.item()``) is an unbacked symbol;
    Dynamo ignores that mode's own logger (torch 2.9 inlines the mode and would break

@@ -61,6 +61,10 @@ EXTRA_LIBRARIES = (
     ("sgl_kernel/flashmla_ops.abi3.so", "sgl_kernel", "sgl_kernel.flashmla_ops"),
     ("deep_gemm/deep_gemm_cpp.abi3.so", "deep_gemm", "deep_gemm.deep_gemm_cpp"),
 )
+# A companion's compiled libraries whose op schemas the record carries: sgl-deep-gemm
+# 0.2+ is a TORCH_LIBRARY module (``deep_gemm/_C.so``, ops ``torch.ops.deep_gemm.*``, loaded
+# with ``torch.ops.load_library``) where 0.1.x was a tvm-ffi one.
+COMPANION_LIBRARIES = (("deep_gemm/_C.so", "deep_gemm", "deep_gemm._C"),)
 PACKAGES = ("sgl_kernel/", "deep_gemm/")
 _SIMPLE = "https://pypi.org/simple/{project}/"
 # A printable C string that looks like ``name(args) -> returns``.
@@ -198,7 +202,18 @@ def _companion(requirement: str, cache: pathlib.Path) -> dict[str, Any]:
     project, _, version = requirement.partition("==")
     wheel = _pypi_wheel(project, version)
     with zipfile.ZipFile(_download(wheel, cache)) as z:
-        return {"project": project, "version": version, "wheel": wheel, "python": _python_entries(z)}
+        companion = {"project": project, "version": version, "wheel": wheel, "python": _python_entries(z)}
+        present = set(z.namelist())
+        # A library that registers its ops with torch (torch::Library's symbols).
+        libraries = [(name, namespace, module, z.read(name)) for name, namespace, module in COMPANION_LIBRARIES
+                     if name in present]
+        torch_libraries = [
+            {"library": name, "namespace": namespace, "module": module, "schemas": schemas_of(data)}
+            for name, namespace, module, data in libraries if b"_ZN5torch7Library" in data
+        ]
+        if torch_libraries:
+            companion["torch_libraries"] = torch_libraries
+        return companion
 
 
 def generate(requirement: str, cache: pathlib.Path, companions: Sequence[str] = ()) -> pathlib.Path:

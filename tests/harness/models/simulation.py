@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
 import sys
 import textwrap
@@ -68,6 +69,33 @@ def pristine_releases() -> list[SglangStack]:
             row = expected.pristine_release(artifact.version)
             out.append(SglangStack(f"sglang-{artifact.version}", artifact.version, row.flashinfer))
     return sorted(out, key=lambda s: Version(s.sglang))
+
+
+# An interpreter whose venv has a newer torch than this one (with its torchvision and the
+# test requirements), for releases that need it: sglang 0.5.22+ pin torch 2.14.1, and the
+# transformers they pin reads torchvision's version.
+TORCH_PYTHON = "FP4GRAPH_TORCH_PYTHON"
+
+
+def torch_of(python: str) -> Version:
+    """The torch release (no local label) of ``python``'s venv."""
+    import subprocess
+
+    out = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return Version(Version(out).base_version)
+
+
+def python_for(torch_pin: str) -> str | None:
+    """The interpreter that measures a release pinning ``torch_pin``: this one where its torch
+    is at least as new (CPU torch 2.13.0 measures 0.5.12 ... 0.5.21), else
+    ``$FP4GRAPH_TORCH_PYTHON`` where that venv's torch is; None where neither is."""
+    if torch_of(sys.executable) >= Version(torch_pin):
+        return sys.executable
+    other = os.environ.get(TORCH_PYTHON)
+    if other and torch_of(other) >= Version(torch_pin):
+        return other
+    return None
 
 
 def stack(name: str) -> SglangStack:
@@ -141,12 +169,15 @@ def run(
     cases: Sequence[dict[str, Any]],
     timeout: float = 1800,
     gpu: str = "sm120",
+    python: str = sys.executable,
 ) -> list[dict[str, Any]]:
-    """Every case on a simulated ``gpu`` (a key of ``fp4graph.verify.simulate.GPUS``)."""
+    """Every case on a simulated ``gpu`` (a key of ``fp4graph.verify.simulate.GPUS``), by
+    ``python`` (another venv's interpreter: a release that needs a newer torch,
+    :func:`python_for`)."""
     path, record = trees(wheel_tree, target, patched=patched, cases=cases)
     request = {"record": str(record), "cases": list(cases), "gpu": gpu}
     code = f"from harness.models import modelsim\nmodelsim.main({json.dumps(request)!r})\n"
-    result = run_python(code, path=path, timeout=timeout)
+    result = run_python(code, path=path, timeout=timeout, interpreter=(python,))
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("MODELS ")]
     assert result.returncode == 0 and lines, tail(result, 6000)
     reports: list[dict[str, Any]] = json.loads(lines[-1][len("MODELS ") :])

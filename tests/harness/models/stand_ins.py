@@ -151,6 +151,19 @@ NO_TENSOR_OPS: dict[str, dict[str, Callable[..., Any]]] = {
         "set_num_sms": lambda n: None,
         "get_compile_mode": lambda: 0,
         "set_compile_mode": lambda mode: None,
+        # sgl-deep-gemm 0.2+ (TORCH_LIBRARY): its runtime settings, DeepGEMM's defaults.
+        "get_tc_util": lambda: 100,
+        "set_tc_util": lambda value: None,
+        "get_pdl": lambda: False,
+        "set_pdl": lambda value: None,
+        "get_deterministic_algorithms": lambda: False,
+        "use_deterministic_algorithms": lambda value: None,
+        "set_ignore_compile_dims": lambda value: None,
+        "set_block_size_multiple_of": lambda m, n: None,
+        "get_mk_alignment_for_contiguous_layout": lambda: 128,
+        "get_theoretical_mk_alignment_for_contiguous_layout": lambda expected_m=None, num_groups=None: 128,
+        "get_tma_aligned_size": lambda mn, element_size: (mn + 16 // element_size - 1)
+        // (16 // element_size) * (16 // element_size),
     },
     "sgl_kernel": dict(collectives.NO_TENSOR_OPS),
 }
@@ -225,6 +238,10 @@ def install_sgl_kernel_ops(record: dict[str, Any]) -> types.ModuleType:
     recorded = {torch._C.parse_schema(s).name for s in record["schemas"]}
     inferred = [s for s in collectives.INFERRED_SCHEMAS if torch._C.parse_schema(s).name not in recorded]
     definitions = [_define(namespace, [*record["schemas"], *inferred], meta)]
+    torch_libraries = [lib for c in record.get("companions", []) for lib in c.get("torch_libraries", [])]
+    for lib in torch_libraries:  # sgl-deep-gemm 0.2+: deep_gemm/_C.so (torch.ops.load_library)
+        definitions.append(_define(lib["namespace"], lib["schemas"], meta))
+        TORCH_LIBRARIES.add(lib["library"])
     for extra in record.get("extra_libraries", []):
         definitions.append(_define(extra["namespace"], extra["schemas"], meta))
         library = types.ModuleType(extra["module"])
@@ -351,6 +368,42 @@ def _import_tvm_ffi_deep_gemm(toolkit_dir: str) -> None:
         tvm_ffi.cpp.build = real_build
 
 
+# The TORCH_LIBRARY libraries of the record whose ops are defined by the stand-in
+# (``deep_gemm/_C.so`` of sgl-deep-gemm 0.2+), by their path inside the wheel.
+TORCH_LIBRARIES: set[str] = set()
+
+
+def _import_torch_library_deep_gemm(toolkit_dir: str) -> None:
+    """sgl-deep-gemm 0.2+'s ``deep_gemm`` loads ``_C.so`` with ``torch.ops.load_library``
+    (building it first with the host compiler where it is absent: the Python-only tree).
+    Its ops are defined from the record (:func:`install_sgl_kernel_ops`): the package is
+    imported from a copy under ``toolkit_dir`` beside an empty ``_C.so`` whose load is a
+    no-op."""
+    import importlib.util
+    import os
+    import shutil
+
+    spec = importlib.util.find_spec("deep_gemm")
+    if spec is None or spec.origin is None:
+        return
+    copy = os.path.join(toolkit_dir, "deep-gemm-python")
+    package = os.path.join(copy, "deep_gemm")
+    shutil.copytree(os.path.dirname(spec.origin), package, dirs_exist_ok=True)
+    open(os.path.join(package, "_C.so"), "wb").close()
+    sys.path.insert(0, copy)
+    real_load = torch.ops.load_library
+
+    def load_library(path: str) -> None:
+        if os.path.dirname(os.path.abspath(path)) != package:
+            real_load(path)
+
+    torch.ops.load_library = load_library  # type: ignore[method-assign]
+    try:
+        import deep_gemm  # noqa: F401
+    finally:
+        torch.ops.load_library = real_load  # type: ignore[method-assign]
+
+
 def import_deep_gemm(toolkit_dir: str) -> None:
     """Import the wheel's ``deep_gemm`` Python over its stand-in library (see
     :func:`install_sgl_kernel_ops`), or sgl-deep-gemm's over a stand-in ``_C``
@@ -363,7 +416,9 @@ def import_deep_gemm(toolkit_dir: str) -> None:
     saved = os.environ.get("CUDA_HOME")
     os.environ.setdefault("CUDA_HOME", toolkit_dir)
     try:
-        if tvm_ffi_module:
+        if "deep_gemm/_C.so" in TORCH_LIBRARIES:
+            _import_torch_library_deep_gemm(toolkit_dir)
+        elif tvm_ffi_module:
             _import_tvm_ffi_deep_gemm(toolkit_dir)
         else:
             import deep_gemm  # noqa: F401
