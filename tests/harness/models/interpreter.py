@@ -51,6 +51,10 @@ def prepare(record_path: str | None = None, gpu_name: str = "sm120", *, installe
         sys.meta_path.insert(0, sgsim._StubFinder("torchvision"))
         import importlib
 
+        # transformers 5.12+ parse the stand-in's version (is_torchvision_greater_or_equal,
+        # at import): older than any it compares with.
+        importlib.import_module("torchvision").__version__ = "0.0.0"
+
         auto = importlib.import_module("transformers.models.auto.image_processing_auto")
         sys.modules["transformers"].AutoImageProcessor = auto.AutoImageProcessor
     with stand_ins.no_compiled_sgl_kernel() if installed else contextlib.nullcontext():

@@ -154,6 +154,10 @@ def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
         # 0.5.14+: the eager runner's kernel warm-up (FlashInfer's autotuner timing real
         # kernels) counts as done, as the harness skips ModelRunner.kernel_warmup before.
         _kernel_warmed_up=True,
+        # 0.5.16+: the graph runners' shared logits buffer, allocated by the first of them
+        graph_shared_output=None,
+        # 0.5.18+: no speculative draft model
+        draft_attention_backend=None,
     )
     import sglang.srt.model_executor.model_runner as model_runner_module
 
