@@ -179,3 +179,13 @@ def test_a_new_stack_fails_the_src_tables_by_name(name: str) -> None:
     table = name.rpartition(": ")[2]
     with pytest.raises(LookupError, match=rf"sglang {re.escape(tables.FAKE_SGLANG)} .*{table}"):
         lookup(tables.FAKE_SGLANG)
+
+
+def test_a_bare_table_is_found(tmp_path: pathlib.Path) -> None:
+    """What the scan sees: release-keyed dicts (a ``(release, ...)`` key too) and sequences
+    of releases at module level; not a CUDA pair, nor a table inside a function."""
+    path = tmp_path / "tables.py"
+    path.write_text('KINDS: dict[str, int] = {\n    "0.5.9": 1,\n}\nBY = {("0.5.12.post1", "glm5"): 0}\n'
+                    'OLD = ("0.5.8", "0.5.9")\nCUDA = [("12.8", "13.0")]\n\n\ndef f() -> None:\n'
+                    '    local = {"0.5.9": 1}\n', encoding="utf-8")
+    assert release_keyed_literals(path) == ["KINDS", "BY", "OLD"]
