@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import pathlib
+import platform
 import shlex
 import sys
 from typing import Any
@@ -75,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         found = problems(report)
         brief = {k: report.get(k) for k in ("ok", "stage", "graph_breaks", "captures", "piecewise_runner", "seconds")}
         brief["graphs"] = [len(pieces) for pieces in report.get("graphs", [])]  # pieces per piecewise graph
-        print(f"simulation {case['family']['name']} on {args.gpu}: {'ok' if not found else 'FAILED'} "
-              f"{json.dumps(brief)}")
+        print(f"simulation {case['family']['name']} on {args.gpu} ({platform.machine()} python "
+              f"{platform.python_version()}): {'ok' if not found else 'FAILED'} {json.dumps(brief)}")
         for problem in found:
             print(f"  {problem}")
         if found and "traceback" in report:  # where it failed: the frames, not the message
