@@ -39,6 +39,11 @@ SGLANG_STACKS_BY_TORCH = {
 
 # The whole-model simulation on the installed packages: the last step of an install.
 INSTALLED_SIMULATION = "simulation=tests/harness/models/simulate_installed.py --family llama"
+# The same on a simulated GB10 under the aarch64 interpreter (emulated on x86_64) over the
+# stack's linux-aarch64 install (DGX Spark), for the stacks whose aarch64 closure imports its
+# model classes (the torch 2.9.1 stacks' sgl-kernel needs libnvrtc.so.12: docs/installing.md).
+SPARK_SIMULATION = INSTALLED_SIMULATION + " --gpu sm121"
+SPARK_SIMULATED_STACKS = ("sglang-0.5.11",)
 
 # pytest-xdist, one worker a CPU; a test file stays on one worker, so its module fixtures
 # (one child interpreter for a stack's whole-model batch) run once.
@@ -145,8 +150,9 @@ def tracing(session: nox.Session, torch: str) -> None:
     """The SM120 simulation under each stack's own torch pin (CUDA wheels from PyPI),
     for the versions of the stacks that pin it; whole models: the full matrix (the per-stack
     ServerArgs and loader checks: `FP4GRAPH_MODELS=full pytest tests/integration`); then the
-    full install of each of those stacks as users install it (nox -s install). FP4GRAPH_TRACING_K narrows the tests and
-    leaves the installs out."""
+    full install of each of those stacks as users install it (nox -s install), and of sglang-0.5.11 for
+    linux aarch64 with Llama simulated on a GB10 under the aarch64 interpreter. FP4GRAPH_TRACING_K narrows the
+    tests and leaves the installs out."""
     _install_test_env(session, f"torch=={torch}")
     selected = " or ".join(VERSIONS_BY_TORCH[torch])
     if os.environ.get("FP4GRAPH_TRACING_K"):
@@ -162,6 +168,10 @@ def tracing(session: nox.Session, torch: str) -> None:
     session.run("python", "-m", "fp4graph", "wheels", *(a for s in stacks for a in ("--stack", s)))
     for stack in stacks:  # one 8.5-11 GB venv at a time, removed after its checks
         session.run("python", "-m", "fp4graph", "install", stack, "--check", INSTALLED_SIMULATION)
+        if stack in SPARK_SIMULATED_STACKS:  # the 7.8 GB aarch64 target, removed after its checks
+            session.install("uv")
+            session.run("python", "-m", "fp4graph", "install", stack, "--platform", "linux-aarch64",
+                        "--check", SPARK_SIMULATION)
 
 
 @nox.session(default=False)
@@ -245,7 +255,9 @@ def install(session: nox.Session) -> None:
     pip check, the import smoke and the whole-model simulation on the installed packages.
     Usage: nox -s install [-- STACK [python -m fp4graph install options]]; with
     --platform linux-aarch64: uv installs for DGX Spark's platform and the emulated aarch64
-    python runs pip check and the smoke (no whole-model simulation there)."""
+    python runs pip check and the smoke; the whole-model simulation there (a simulated GB10,
+    tens of minutes emulated) when asked: --check "simulation=tests/harness/models/
+    simulate_installed.py --family llama --gpu sm121" (nox -s tracing runs it)."""
     args = list(session.posargs)
     cross = "--platform" in args
     session.install("-e", ".", *(["uv"] if cross else []))

@@ -2,8 +2,10 @@
 
 Parent side: :func:`run_python`, :func:`run_child_main`, and :func:`run_forked`, whose
 child imports torch (and the simulated device) once and runs each case in a fork of
-itself.  Child side: :func:`serve`, that fork-per-case loop (this module imports only the
-standard library, so a child imports it as ``harness.child``).
+itself.  Child side: :func:`serve`, that fork-per-case loop, over :func:`fork_writing` /
+:func:`read_fork` (one fork writing its report to a pipe; the whole-model cases and
+ranks, harness.models.case_runs, fork there too).  This module imports only the standard
+library, so a child imports it as ``harness.child``.
 """
 
 from __future__ import annotations
@@ -122,28 +124,42 @@ class CaseReport:
         return f"case {self.case!r}: " + json.dumps(self.values, indent=1, default=str)[-n:]
 
 
+def fork_writing(body: Callable[[], Any], failed: Callable[[BaseException], Any]) -> tuple[int, int]:
+    """Fork this process: the fork writes ``body()`` to a pipe as JSON (``failed(exc)``, and
+    exits 1, where it raised) and exits.  Returns the fork's pid and the pipe's read end."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        code = 0
+        try:
+            out = body()
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            out, code = failed(exc), 1
+        with os.fdopen(write, "w") as f:
+            f.write(json.dumps(out, default=str))
+        os._exit(code)
+    os.close(write)
+    return pid, read
+
+
+def read_fork(pid: int, read: int) -> tuple[str, int]:
+    """What the fork of :func:`fork_writing` wrote, once it has ended, and its exit code
+    (negative: the signal that ended it)."""
+    with os.fdopen(read) as f:
+        text = f.read()
+    _, status = os.waitpid(pid, 0)
+    return text, os.waitstatus_to_exitcode(status)
+
+
 def serve(case: Callable[[dict[str, Any]], dict[str, Any]], requests: Mapping[str, dict[str, Any]]) -> None:
     """Child side: run ``case(request)`` for each request in a fork of this process (which
     has imported torch once, and nothing of the trees under test), then print one
     ``RESULT:`` line of every case's values or crash."""
     results: dict[str, dict[str, Any]] = {}
     for name, request in requests.items():
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            try:
-                out: dict[str, Any] = {"values": case(request)}
-            except BaseException:
-                out = {"crash": traceback.format_exc()[-3000:]}
-            with os.fdopen(write, "w") as f:
-                json.dump(out, f)
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as f:
-            text = f.read()
-        _, status = os.waitpid(pid, 0)
-        code = os.waitstatus_to_exitcode(status)  # negative: the signal that ended it
+        text, code = read_fork(*fork_writing(lambda request=request: {"values": case(request)},
+                                             lambda _: {"crash": traceback.format_exc()[-3000:]}))
         results[name] = json.loads(text) if text else {"crash": f"the fork ended with code {code} and no result"}
     print(FORKED_RESULT + json.dumps(results))
 

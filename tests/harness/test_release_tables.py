@@ -6,6 +6,7 @@ release strings), so a new table that is not a :class:`harness.tables.Table` fai
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import pathlib
 import re
@@ -20,6 +21,8 @@ from harness import tables
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RELEASE = re.compile(r"^\d+\.\d+(\.\d+)?(\.?(post|rc|a|b|dev)\d+)?$")
+# A file without a quoted release-like string holds no table (spares parsing it).
+QUOTED_RELEASE = re.compile(r"[\"']\d+\.\d+[.\w]*[\"']")
 # Version-keyed literals that are not tables of sglang releases, and why.
 NOT_RELEASE_TABLES = {
     "src/fp4graph/wheels/kernels/cross.py: CUDART": "keyed by nvcc release and machine (cross.py names a missing one)",
@@ -38,11 +41,35 @@ def _is_release(node: ast.AST | None, *, key: bool = False) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str) and bool(RELEASE.match(node.value))
 
 
+# A module-level assignment of a literal: where a table can start.
+TOP_ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*(?:\s*:[^=\n]+)?\s*=\s*[\[({]", re.MULTILINE)
+
+
+def top_assignments(text: str, path: pathlib.Path) -> list[ast.stmt]:
+    """The module-level assignments of literals in ``text``, each parsed alone (parsing
+    every file whole costs a second); the whole file where one does not parse alone."""
+    lines = text.splitlines()
+    out: list[ast.stmt] = []
+    for match in TOP_ASSIGNMENT.finditer(text):
+        start = end = text.count("\n", 0, match.start())
+        end += 1
+        while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t)]}#"):
+            end += 1
+        try:
+            out += ast.parse("\n".join(lines[start:end])).body
+        except SyntaxError:
+            return ast.parse(text, str(path)).body
+    return out
+
+
 def release_keyed_literals(path: pathlib.Path) -> list[str]:
     """The module-level names of ``path`` bound to a dict keyed by releases, or to a tuple,
     list or set of them."""
-    found = []
-    for node in ast.parse(path.read_text(encoding="utf-8"), str(path)).body:
+    found: list[str] = []
+    text = path.read_text(encoding="utf-8")
+    if not QUOTED_RELEASE.search(text):
+        return found
+    for node in top_assignments(text, path):
         if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
             continue
         value = node.value
@@ -85,6 +112,11 @@ def load(path: pathlib.Path) -> types.ModuleType:
         sys.path.remove(str(path.parent))
 
 
+@functools.cache
+def catalog() -> stacks.Catalog:
+    return stacks.load(REPO / "patches" / "stacks.toml")
+
+
 FOUND = found_tables()
 # The tables of tests/ (harness.tables.Table), looked up by table().
 NAMES = sorted(n for n in FOUND if n not in NOT_RELEASE_TABLES and n not in SRC_TABLES)
@@ -102,7 +134,7 @@ def table(name: str) -> tables.Table[Any]:
 
 def test_the_tables_found_are_the_ones_known() -> None:
     """Every per-version table the issue and docs/adding-a-release.md name is found."""
-    found = set(found_tables())
+    found = set(FOUND)
     assert set(NOT_RELEASE_TABLES) | set(SRC_TABLES) <= found, found
     assert {
         "tests/harness/models/expected.py: NSA_BACKENDS_ON_SM120",
@@ -124,15 +156,14 @@ def test_every_table_is_named_in_adding_a_release() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_table_has_a_row_for_each_release_pinned(name: str) -> None:
-    assert table(name).missing(stacks.load(REPO / "patches" / "stacks.toml")) == [], name
+    assert table(name).missing(catalog()) == [], name
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_new_release_fails_the_table_by_name(name: str) -> None:
     """A fake stack (a table of releases measured without one: a fake pin) lacks a row."""
     found = table(name)
-    catalog = stacks.load(REPO / "patches" / "stacks.toml")
-    fake = tables.with_fake_stack(catalog) if found.stacked else tables.with_fake_pin(catalog)
+    fake = tables.with_fake_stack(catalog()) if found.stacked else tables.with_fake_pin(catalog())
     assert found.missing(fake) == [tables.FAKE_SGLANG], name
     with pytest.raises(tables.MissingRow, match=f"^{re.escape(name)} has no row for sglang {tables.FAKE_SGLANG}"):
         found.row(tables.FAKE_SGLANG)
@@ -140,9 +171,21 @@ def test_a_new_release_fails_the_table_by_name(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(SRC_TABLES))
 def test_a_new_stack_fails_the_src_tables_by_name(name: str) -> None:
+    """The catalog's stacks all have a row; one more lacks it, and the lookup says where."""
     rows, lookup = SRC_TABLES[name]
-    fake = tables.with_fake_stack(stacks.load(REPO / "patches" / "stacks.toml"))
+    assert [v for v in tables.sglang_versions(catalog()) if v not in rows] == [], name
+    fake = tables.with_fake_stack(catalog())
     assert [v for v in tables.sglang_versions(fake) if v not in rows] == [tables.FAKE_SGLANG], name
     table = name.rpartition(": ")[2]
     with pytest.raises(LookupError, match=rf"sglang {re.escape(tables.FAKE_SGLANG)} .*{table}"):
         lookup(tables.FAKE_SGLANG)
+
+
+def test_a_bare_table_is_found(tmp_path: pathlib.Path) -> None:
+    """What the scan sees: release-keyed dicts (a ``(release, ...)`` key too) and sequences
+    of releases at module level; not a CUDA pair, nor a table inside a function."""
+    path = tmp_path / "tables.py"
+    path.write_text('KINDS: dict[str, int] = {\n    "0.5.9": 1,\n}\nBY = {("0.5.12.post1", "glm5"): 0}\n'
+                    'OLD = ("0.5.8", "0.5.9")\nCUDA = [("12.8", "13.0")]\n\n\ndef f() -> None:\n'
+                    '    local = {"0.5.9": 1}\n', encoding="utf-8")
+    assert release_keyed_literals(path) == ["KINDS", "BY", "OLD"]

@@ -6,6 +6,7 @@ path under the emulated aarch64 python is `nox -s install -- STACK --platform li
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 import sys
 
@@ -105,3 +106,31 @@ def test_pip_checks_complaint_about_an_override_is_the_override(tmp_path: pathli
     assert cross._overridden(here, "sglang 1+fp4graph.1 has requirement tms==0.0.9, but you have tms 0.0.9.post1.")
     assert not cross._overridden(here, "sglang 1 has requirement tms==0.0.9, but you have tms 0.0.8.")
     assert not cross._overridden(here, "sglang 1 has requirement six==1, but you have six 0.0.9.post1.")
+
+
+def test_the_checks_run_under_the_targets_interpreter_which_they_are_told(tmp_path: pathlib.Path) -> None:
+    """A --check script runs by the target's interpreter (an argv prefix: the emulator's) from
+    the checkout, the --target install and src/ on its path, and learns that argv (the
+    whole-model simulation starts its child with it); a failing script is a failed step."""
+    wrapper = tmp_path / "target-python"  # stands for qemu-aarch64-static -L ROOT python3.11
+    wrapper.write_text(f"#!/bin/sh\nFP4GRAPH_TEST_WRAPPED=1 exec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    (tmp_path / "show.py").write_text(
+        "import json, os, sys\nprint(json.dumps({'path': sys.path, 'wrapped': os.environ.get('FP4GRAPH_TEST_WRAPPED'),"
+        " 'told': os.environ['FP4GRAPH_INTERPRETER'], 'args': sys.argv[1:], 'cwd': os.getcwd()}))\n")
+    checks = (stack.ExtraCheck(name="show", argv=("show.py", "--gpu", "sm121")),
+              stack.ExtraCheck(name="broken", argv=("-c", "raise SystemExit('simulation llama: FAILED')")))
+    here = options(tmp_path, torch_index=False)
+    target = dataclasses.replace(here, interpreter=(str(wrapper), "-X", "utf8"),
+                                 base=dataclasses.replace(here.base, extra_checks=checks,
+                                                          log_file=tmp_path / "log"))
+    report = stack.InstallReport(stack="s", venv="", command="")
+    cross._extra_checks(report, target, {})
+    show, broken = report.steps
+    assert show.ok and show.detail == "passed under the linux-aarch64 interpreter"
+    assert show.command.startswith(f"{wrapper} -X utf8 show.py --gpu sm121")
+    seen = [json.loads(ln) for ln in (tmp_path / "log").read_text().splitlines() if ln.startswith("{")][0]
+    assert seen["wrapped"] == "1" and seen["told"] == f"{wrapper} -X utf8" and seen["args"] == ["--gpu", "sm121"]
+    assert seen["path"][1:3] == [str(tmp_path / "target"), str(tmp_path / "src")]
+    assert seen["cwd"] == str(tmp_path)
+    assert not broken.ok and "simulation llama: FAILED" in broken.detail

@@ -7,7 +7,9 @@ picks the target's wheels and never runs the target's code; a wheel-less package
 (patches/locks/platforms.toml) with ``--override``; then, with the target's interpreter
 (``interpreter``: the emulated aarch64 python3.11 of :mod:`fp4graph.platforms.emulator`
 on an x86_64 host, the native one on a Spark) and the install on its PYTHONPATH:
-``pip check``, the lock check and the import smoke.
+``pip check``, the lock check, the import smoke and the ``--check`` scripts (the
+whole-model simulation on a simulated GB10: ``--check "simulation=tests/harness/models/
+simulate_installed.py --family llama --gpu sm121"``).
 
 The smoke's checks run one after another in ONE interpreter (:data:`_BATCH`): under
 emulation ``import torch`` alone takes ~50 s, and a process per check would pay it six
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
 import shlex
 import shutil
@@ -34,7 +37,7 @@ from packaging.utils import canonicalize_name
 from ..model.locks import LOCKS_DIR
 from ..model.log import log
 from ..platforms.overrides import PlatformPins, platform_pins
-from ..platforms.targets import Platform
+from ..platforms.targets import INTERPRETER_ENV, Platform
 from ..wheels.build import overrides_file, pins_file
 from .stack import (
     InstallOptions,
@@ -227,8 +230,20 @@ def _sbsa_tagged(target: pathlib.Path, line: str) -> bool:
                                      for ln in wheel.read_text().splitlines())
 
 
+def _extra_checks(report: InstallReport, options: CrossOptions, env: dict[str, str]) -> None:
+    """Each ``--check`` script of the checkout by the target's interpreter, the install and
+    ``src/`` on its path (the whole-model simulation: tests/harness/models/simulate_installed.py)."""
+    base = options.base
+    extra_env = {**env, "PYTHONPATH": f"{options.target}{os.pathsep}{base.repo / 'src'}",
+                 INTERPRETER_ENV: shlex.join(options.interpreter)}
+    for extra in base.extra_checks:
+        _step(report, extra.name, [*options.interpreter, *extra.argv], base, env=extra_env, cwd=base.repo,
+              detail_ok=f"passed under the {options.platform.name} interpreter")
+
+
 def install_for_platform(options: CrossOptions) -> InstallReport:
-    """Install, disk, pip check, lock, the smoke; every step reports (module docstring)."""
+    """Install, disk, pip check, lock, the smoke, the extra checks; every step reports
+    (module docstring)."""
     if options.target.exists():
         shutil.rmtree(options.target)
     base = options.base
@@ -268,4 +283,5 @@ def install_for_platform(options: CrossOptions) -> InstallReport:
         if note:
             report.steps.append(Step(name="torch build", ok=True, seconds=0, detail=note))
         _smoke(report, options, env, pathlib.Path(scratch))
+    _extra_checks(report, options, env)
     return report

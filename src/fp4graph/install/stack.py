@@ -39,6 +39,7 @@ from ..model.config import Settings
 from ..model.errors import Fp4graphError
 from ..model.locks import Lock, lock_path, read
 from ..model.log import log
+from ..platforms.targets import INTERPRETER_ENV
 from ..wheels.build import built_pins, pins_file
 from .serve import served
 
@@ -429,7 +430,7 @@ def install_stack(options: InstallOptions) -> InstallReport:
         for check in options.checks:
             _step(report, f"smoke: {check.name}", check.argv(python), options, env=env, cwd=pathlib.Path(cwd),
                   detail_ok="imports", driver_skips=True)
-    extra_env = {**env, "PYTHONPATH": str(options.repo / "src")}
+    extra_env = {**env, "PYTHONPATH": str(options.repo / "src"), INTERPRETER_ENV: shlex.quote(str(python))}
     for extra in options.extra_checks:
         _step(report, extra.name, [str(python), *extra.argv], options, env=extra_env, cwd=options.repo,
               detail_ok="passed")

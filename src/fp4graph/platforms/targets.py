@@ -38,6 +38,10 @@ LINUX_AARCH64 = Platform(name="linux-aarch64", machine="aarch64", manylinux="man
                          devices="DGX Spark (GB10, SM121; Grace CPU)")
 PLATFORMS = {p.name: p for p in (LINUX_X86_64, LINUX_AARCH64)}
 
+# Set for a check run by a platform's interpreter: that interpreter's argv prefix (shlex), for
+# a check that starts a child of it (under emulation ``sys.executable`` alone does not run).
+INTERPRETER_ENV = "FP4GRAPH_INTERPRETER"
+
 
 def platform_named(name: str) -> Platform:
     """The platform ``name`` (``linux-x86_64`` or ``linux-aarch64``)."""

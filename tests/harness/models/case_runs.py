@@ -5,10 +5,12 @@ rank 0 alone, and the all-reduce probe."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from typing import Any
 
+from harness.child import fork_writing, read_fork
 from harness.models import (
     case_server_args,
     collectives,
@@ -82,6 +84,25 @@ def run_rank(case: dict[str, Any]) -> dict[str, Any]:
     return graph_capture.capture(built)
 
 
+def _crashed(case: dict[str, Any], exc: BaseException) -> dict[str, Any]:
+    """The report of a case (or rank) process that raised."""
+    return {"case": {"family": case["family"]["name"]}, "ok": False, "stage": "child", **error_report(exc)}
+
+
+def _rank(case: dict[str, Any], rank: int) -> dict[str, Any]:
+    """In the fork of ``rank``: its GPU current, its report once every rank is done."""
+    from fp4graph.verify import simulate
+
+    WORLD["rank"] = rank
+    simulate.set_device(rank)
+    out = run_rank(case)
+    if out.get("ok"):  # no rank leaves the world while another still talks to it
+        import torch.distributed as dist
+
+        dist.barrier()
+    return out
+
+
 def run_ranks(case: dict[str, Any]) -> dict[str, Any]:
     """A tensor-parallel case: one process per rank (forks of this one), each with its GPU
     current, meeting in a gloo world on the host; returns each rank's report under
@@ -99,26 +120,7 @@ def run_ranks(case: dict[str, Any]) -> dict[str, Any]:
     case_server_args.write_checkpoint_dir(case["family"], interpreter.STATE["tmp"])  # before the ranks read it
     children: dict[int, tuple[int, int]] = {}  # fd -> (rank, pid)
     for rank in range(tp):
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the rank
-            os.close(read)
-            code = 0
-            try:
-                WORLD["rank"] = rank
-                simulate.set_device(rank)
-                out = run_rank(case)
-                if out.get("ok"):  # no rank leaves the world while another still talks to it
-                    import torch.distributed as dist
-
-                    dist.barrier()
-            except BaseException as exc:  # noqa: BLE001 - reported to the parent
-                out = {"case": {"family": case["family"]["name"]}, "ok": False, "stage": "child", **error_report(exc)}
-                code = 1
-            with os.fdopen(write, "w") as f:
-                f.write(json.dumps(out, default=str))
-            os._exit(code)
-        os.close(write)
+        pid, read = fork_writing(functools.partial(_rank, case, rank), functools.partial(_crashed, case))
         children[read] = (rank, pid)
     data: dict[int, list[bytes]] = {rank: [] for rank, _ in children.values()}
     done: dict[int, dict[str, Any]] = {}
@@ -173,25 +175,9 @@ def run_cases(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [run_case(case) for case in cases]
     for case in cases:
         start = time.monotonic()
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the case
-            os.close(read)
-            code = 0
-            try:
-                out = run_case(case)
-            except BaseException as exc:  # noqa: BLE001 - reported to the parent
-                out = {"case": {"family": case["family"]["name"]}, "ok": False, "stage": "child", **error_report(exc)}
-                code = 1
-            with os.fdopen(write, "w") as f:
-                f.write(json.dumps(out, default=str))
-            os._exit(code)
-        os.close(write)
-        with os.fdopen(read) as f:
-            data = f.read()
-        _, status = os.waitpid(pid, 0)
+        data, code = read_fork(*fork_writing(functools.partial(run_case, case), functools.partial(_crashed, case)))
         if not data:
             data = json.dumps({"case": {"family": case["family"]["name"]}, "ok": False, "stage": "child",
-                               "error": f"case process died (wait status {status})"})
+                               "error": f"case process died (exit code {code})"})
         results.append(json.loads(data) | {"seconds": round(time.monotonic() - start, 1)})
     return results

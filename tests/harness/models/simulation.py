@@ -197,13 +197,23 @@ def installed_record() -> pathlib.Path:
     raise sgl_kernel_ops.SglKernelError(f"{sys.executable}: neither sglang-kernel nor sgl-kernel is installed")
 
 
-def run_installed(cases: Sequence[dict[str, Any]], *, timeout: float = 1800) -> list[dict[str, Any]]:
-    """``cases`` on the packages installed in this interpreter's venv (``nox -s install``):
-    the child is this interpreter with only the harness (:data:`CHILD_PATH`) and fp4graph's
-    src/ on its path, prepared with ``installed=True`` (modelsim's docstring)."""
-    request = {"record": str(installed_record()), "cases": list(cases), "installed": True}
+def run_installed(
+    cases: Sequence[dict[str, Any]],
+    *,
+    gpu: str = "sm120",
+    interpreter: Sequence[str] = (sys.executable,),
+    timeout: float = 1800,
+) -> list[dict[str, Any]]:
+    """``cases`` on a simulated ``gpu`` with the packages installed for this interpreter
+    (``nox -s install``): its venv, or the ``--target`` directories on its PYTHONPATH (a
+    cross install).  The child is ``interpreter`` (this one; under emulation the argv that
+    starts this one, as a subprocess of an emulated python runs natively) with the harness
+    (:data:`CHILD_PATH`), this PYTHONPATH and fp4graph's src/ on its path, prepared with
+    ``installed=True`` (modelsim's docstring)."""
+    request = {"record": str(installed_record()), "cases": list(cases), "installed": True, "gpu": gpu}
     code = f"from harness.models import modelsim\nmodelsim.main({json.dumps(request)!r})\n"
-    result = run_python(code, path=CHILD_PATH, timeout=timeout)
+    inherited = [pathlib.Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    result = run_python(code, path=[*CHILD_PATH, *inherited], timeout=timeout, interpreter=interpreter)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("MODELS ")]
     if result.returncode != 0 or not lines:
         raise RuntimeError("the simulation child failed:\n" + tail(result, 6000))

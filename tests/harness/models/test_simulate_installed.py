@@ -58,3 +58,11 @@ def test_runs_as_a_script_from_the_checkout() -> None:
                             cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "--family FAMILY" in result.stdout and "tests/harness/models/families.py" in result.stdout
+    assert "--gpu {sm100,sm120,sm121}" in result.stdout
+
+
+def test_its_gpus_are_the_simulated_ones() -> None:
+    """The script names them without importing torch (an emulated import costs ~50 s)."""
+    from fp4graph.verify.simulate import GPUS
+
+    assert sorted(simulate_installed.GPU_NAMES) == sorted(GPUS)
