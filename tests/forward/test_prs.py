@@ -92,6 +92,28 @@ def test_flashinfer_checks_use_upstream_config(checkout: Settings, tmp_path: pat
     assert "`ruff-format` on 1 file(s): FAILED" in _body(tmp_path / "out", 2)
 
 
+@pytest.mark.skipif(not has_tools("ruff", "mypy"), reason="ruff/mypy not installed (tests/forward/requirements.txt)")
+def test_hooks_run_once_over_a_passing_stack(
+    checkout: Settings, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hooks that pass over the stack's top are not run again per branch (a failing stack
+    is checked branch by branch: test_flashinfer_checks_use_upstream_config)."""
+    runs: list[tuple[str, ...]] = []
+    real = checks.run_hooks
+
+    def counted(tree: pathlib.Path, hooks: object, files: tuple[str, ...], **kw: object) -> object:
+        runs.append(tuple(files))
+        return real(tree, hooks, files, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(checks, "run_hooks", counted)
+    add_series(checkout, FI, "0.6.3", [MARKER, "0005-test-without-change.patch"])
+    result = _release(checkout, FI, tmp_path / "out", version="0.6.3", tools="path", run_tests=False)
+    assert len(runs) == 1, runs
+    assert all(pr.checks and all(c.ok for c in pr.checks) for pr in result.prs), _checks(result)
+    assert [set(c.files) <= set(pr.files) for pr in result.prs for c in pr.checks] == [True] * len(_checks(result))
+    assert "run once over the files of all 2 pull requests" in _body(tmp_path / "out", 2)
+
+
 def test_sglang_prs_use_the_python_layout(checkout: Settings, tmp_path: pathlib.Path) -> None:
     tools = has_tools("black", "isort", "codespell")
     result = _release(checkout, "sglang", tmp_path / "out", version="0.5.9", run_checks=tools,

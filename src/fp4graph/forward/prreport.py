@@ -42,6 +42,7 @@ class PullRequest:
     tests: tuple[TestFile, ...] = ()
     without_change: tuple[TestFile, ...] = ()  # the same files on the commit below
     beneath: tuple[tuple[str, str], ...] = ()  # (subject, why) not proposed, below it on its branch
+    checks_over: str = ""  # where the hooks ran, when not on this branch alone (once over the stack)
 
     @property
     def patch(self) -> Patch:
@@ -248,7 +249,8 @@ def render_body(
     bench = bench_lines(patch, benches)
     notes = "\n".join([
         f"Base: {report.base_note}. Files: {len(pr.files)}, +{pr.added_lines} / -{pr.removed_lines}.",
-        "", "Upstream's pre-commit hooks (at their pinned versions) on this pull request's files:",
+        "", "Upstream's pre-commit hooks (at their pinned versions) on this pull request's files"
+        + (f" ({pr.checks_over})" if pr.checks_over else "") + ":",
         *_check_lines(pr), "", "Tests:", *_test_lines(pr, host)])
     files = "\n".join(f"- `{f}`" for f in pr.files)
     fill = {

@@ -426,24 +426,70 @@ def _proposed(branches: Sequence[prbranches.Branch], skipped: dict[str, str]) ->
     return out
 
 
+def _hooks(
+    settings: Settings, options: UpstreamOptions, source: _Source, commit: str, parent: str,
+    files: Sequence[str], hooks: Sequence[checks.Hook],
+) -> list[checks.CheckResult]:
+    """The hooks over ``files`` at ``commit``; a failure is checked again on ``parent``."""
+    repo = source.repo.path
+    git(repo, "checkout", "-q", "-f", "--detach", commit)
+    results = checks.run_hooks(repo, hooks, files, tools=options.tools, cache_dir=settings.cache_dir)
+    if not all(c.ok for c in results):
+        with checkout_at(source.repo, parent) as below:
+            results = checks.mark_upstream_failures(results, hooks, repo, below, tools=options.tools,
+                                                    cache_dir=settings.cache_dir)
+    return results
+
+
+def stack_checks(
+    settings: Settings, options: UpstreamOptions, source: _Source, prs: Sequence[PullRequest],
+    hooks: Sequence[checks.Hook],
+) -> dict[str, tuple[tuple[checks.CheckResult, ...], str]]:
+    """The hooks run once over the files of every built pull request, at the commit that
+    holds them all (the top branch of a stacked series, the carried series otherwise):
+    branch name -> (its files' share of each passing hook, where they ran).  Empty where a
+    hook fails there, or no commit holds them all: then each pull request's branch is
+    checked on its own, which names the one at fault."""
+    built = [pr for pr in prs if pr.branch.commit is not None and pr.branch.parent is not None]
+    if not options.run_checks or len(built) < 2:
+        return {}
+    repo = source.repo.path
+    top = built[-1].branch.commit
+    assert top is not None
+    if not source.stacked:
+        carried = "fp4graph/carried" if source.target != source.repo.base else "fp4graph/series"
+        top = git(repo, "rev-parse", carried).stdout.strip()
+    per_pr = {pr.branch.name: _diffstat(repo, pr.branch.commit)[0] for pr in built if pr.branch.commit}
+    holds = set(git(repo, "diff", "--name-only", source.target, top).stdout.split())
+    if not all(set(files) <= holds for files in per_pr.values()):
+        return {}
+    union = list(dict.fromkeys(f for files in per_pr.values() for f in files))
+    git(repo, "checkout", "-q", "-f", "--detach", top)
+    results = checks.run_hooks(repo, hooks, union, tools=options.tools, cache_dir=settings.cache_dir)
+    if not all(c.ok for c in results):
+        return {}
+    where = (f"run once over the files of all {len(built)} pull requests at {top[:12]}, "
+             "the commit that holds them all")
+    return {name: (tuple(dataclasses.replace(c, files=tuple(f for f in c.files if f in files))
+                         for c in results if set(c.files) & set(files)), where)
+            for name, files in per_pr.items()}
+
+
 def _check_and_test(
     settings: Settings, options: UpstreamOptions, source: _Source, pr: PullRequest,
     hooks: Sequence[checks.Hook], scratch: pathlib.Path, simulated_gpu: bool,
+    checked: tuple[tuple[checks.CheckResult, ...], str] | None = None,
 ) -> PullRequest:
-    """On the pull request's own branch: the hooks over its files, its test files with and
-    without its change."""
+    """On the pull request's own branch: the hooks over its files (unless ``checked``, the
+    stack's run, passed them), its test files with and without its change."""
     branch, repo = pr.branch, source.repo.path
     if branch.commit is None or branch.parent is None:
         return pr
     files, added, removed = _diffstat(repo, branch.commit)
+    results: list[checks.CheckResult] = list(checked[0]) if checked else []
+    if options.run_checks and checked is None:
+        results = _hooks(settings, options, source, branch.commit, branch.parent, files, hooks)
     git(repo, "checkout", "-q", "-f", "--detach", branch.commit)
-    results: list[checks.CheckResult] = []
-    if options.run_checks:
-        results = checks.run_hooks(repo, hooks, files, tools=options.tools, cache_dir=settings.cache_dir)
-        if not all(c.ok for c in results):
-            with checkout_at(source.repo, branch.parent) as below:
-                results = checks.mark_upstream_failures(results, hooks, repo, below, tools=options.tools,
-                                                        cache_dir=settings.cache_dir)
     test_files = {f: added_tests(repo, branch.commit, f) for f in files
                   if projects.get(source.repo.project).test_file.match(f)}
     ran: list[TestFile] = []
@@ -456,7 +502,8 @@ def _check_and_test(
         with files_over(repo, branch.parent, branch.commit, list(test_files)):
             before = run()
     return dataclasses.replace(pr, files=files, added_lines=added, removed_lines=removed,
-                               checks=tuple(results), tests=tuple(ran), without_change=tuple(before))
+                               checks=tuple(results), tests=tuple(ran), without_change=tuple(before),
+                               checks_over=checked[1] if checked else "")
 
 
 def _template(repo: pathlib.Path, commit: str, project: str) -> tuple[str, str]:
@@ -491,8 +538,11 @@ def prepare(settings: Settings, options: UpstreamOptions, out: pathlib.Path) -> 
             link_editable_data(source.repo.path, editable)
         config, checks_source = checks.load_config(source.repo.path, source.repo.project)
         hooks = checks.hooks_for(config, source.repo.project)
-        prs = [_check_and_test(settings, options, source, pr, hooks, scratch, simulated_gpu)
-               for pr in _proposed(branches, source.not_proposed)]
+        proposed = _proposed(branches, source.not_proposed)
+        checked = stack_checks(settings, options, source, proposed, hooks)
+        prs = [_check_and_test(settings, options, source, pr, hooks, scratch, simulated_gpu,
+                               checked.get(pr.branch.name))
+               for pr in proposed]
         built = [pr.branch.name for pr in prs if pr.branch.commit is not None]
         git(source.repo.path, "checkout", "-q", "-f", *([built[-1]] if built else ["--detach", source.target]))
         template, template_source = _template(source.repo.path, source.target, source.repo.project)
