@@ -21,7 +21,7 @@ from fp4graph.forward import prreport, prs
 from fp4graph.forward.sources import git
 from fp4graph.model import pullrequests
 from fp4graph.model.config import Settings
-from fp4graph.model.errors import ConfigError
+from fp4graph.model.errors import ConfigError, Fp4graphError
 from fp4graph.wheels.lint import lint
 from harness.checkout import upstream_history
 
@@ -306,3 +306,30 @@ def test_a_change_to_upstreams_own_test_file_runs_only_the_tests_it_adds(tmp_pat
     assert prs.added_tests(repo, shas[1], "tests/utils/test_a.py") == (
         "tests/utils/test_a.py::TestLogging::test_new", "tests/utils/test_a.py::test_module_level")
     assert prs.added_tests(repo, shas[1], "tests/utils/test_b.py") == ()
+
+
+def test_the_stack_is_imported_in_a_fresh_interpreter(
+    checkout: Settings, world: dict[str, object], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pinned = str(world["shas"][1])  # type: ignore[index]
+    report = _prepare(checkout, world, tmp_path / "out", base=pinned)
+    assert report.stack_import is not None and report.stack_import[0], report.stack_import
+    assert "`import flashinfer` at " in report.stack_import[1]
+    assert "leaves torch._dynamo unloaded" in (tmp_path / "out" / "summary.md").read_text()
+    # importing a submodule loads its package: the same probe, made to fail
+    monkeypatch.setitem(prs.IMPORT_LEAVES_UNLOADED, FI, ("flashinfer.calc", "flashinfer"))
+    report = _prepare(checkout, world, tmp_path / "again", base=pinned)
+    assert report.stack_import is not None and not report.stack_import[0]
+    assert report.stack_import[1].endswith("loads flashinfer") and not report.ok
+
+
+def test_a_body_that_would_claim_what_did_not_run_is_refused(
+    checkout: Settings, world: dict[str, object], tmp_path: pathlib.Path,
+) -> None:
+    directory = world["directory"]
+    assert isinstance(directory, pathlib.Path)
+    first = directory / str(world["names"][0])  # type: ignore[index]
+    first.write_text(first.read_text().replace("Why and what.", "Why and what. Carried in fp4graph."))
+    with pytest.raises(Fp4graphError, match=re.escape(first.name) + r".*Carried in"):
+        _prepare(checkout, world, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

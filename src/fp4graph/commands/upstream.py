@@ -85,6 +85,9 @@ def _print(report: prreport.Report) -> None:
             print(f"  carry {carried.patch.name}: {carried.status}: {carried.detail}")
     for name, why in report.not_proposed:
         print(f"  not proposed {name}: {why}")
+    if report.stack_import is not None:
+        print(f"  with every pull request applied: {'' if report.stack_import[0] else 'FAILED: '}"
+              f"{report.stack_import[1]}")
     if not report.prs:
         print("  no pull request: every patch is carried downstream or waits (not proposed above)")
     for pr in report.prs:

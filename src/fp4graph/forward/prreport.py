@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..model import projects
+from ..model.errors import Fp4graphError
 from ..model.series import DEP3_FIELD, Patch
 from . import checks, prbranches
 from .sources import git
@@ -88,12 +89,17 @@ class Report:
     template_source: str = ""
     tests_must_run: bool = False
     simulated_gpu: bool = False
+    # The import of the project with every pull request applied: (ok, what it found).
+    stack_import: tuple[bool, str] | None = None
 
     @property
     def ok(self) -> bool:
         """Everything carried and built; no hook blocks; no added test fails; with
-        ``tests_must_run`` every added test also ran and fails without its change."""
+        ``tests_must_run`` every added test also ran and fails without its change; the
+        import with all of them applied loads nothing it must not."""
         if any(c.status in ("conflict", "pending") for c in self.carried):
+            return False
+        if self.stack_import is not None and not self.stack_import[0]:
             return False
         bad = ("failed", "not-run", "skipped") if self.tests_must_run else ("failed",)
         return all(
@@ -104,6 +110,21 @@ class Report:
 
 
 # --- bodies ----------------------------------------------------------------------------
+
+# What a body must never say (issue 30): claims of runs that did not happen, our benchmark
+# files, our project's names and files, checklist boxes ticked for what did not run.
+UNCLAIMED = (
+    "Downstream:", "runs SGLang with piecewise CUDA graphs", "Carried in", "in fp4graph",
+    "fp4graph/", "fp4graph benchmark", "+fp4graph", "fp4graph runs",
+    "```json", "benchmarks/results", "patches/", ".patch", "stacks.toml",
+    "- [x] All tests are passing", "- [x] I have installed the hooks",
+    "- [x] I have run the hooks manually", "Closes #2999",
+)
+
+
+def unclaimed(body: str) -> list[str]:
+    """The strings of ``UNCLAIMED`` that ``body`` holds."""
+    return [s for s in UNCLAIMED if s in body]
 
 
 def issue_links(patch: Patch, project: str) -> list[str]:
@@ -290,6 +311,11 @@ def write_prs(
         git(staging / "repo", "format-patch", "-1", "--no-numbered", "-o", str(pr_dir.resolve()),
             pr.branch.commit)
         body = render_body(template, report, pr, benches, host)
+        found = unclaimed(body)
+        if found:
+            raise Fp4graphError(f"{pr.patch.path}: the pull request body would say {found} "
+                                "(a claim of what did not run, or a name of this project's): "
+                                "reword the patch message")
         (pr_dir / "PR.md").write_text(f"# {pr.patch.subject}\n\n{body}", encoding="utf-8")
 
 
@@ -298,6 +324,8 @@ def summary_data(report: Report) -> dict[str, Any]:
         "project": report.project, "title": report.title, "source": report.source_note,
         "base": report.base_note, "checks_config": report.checks_source,
         "pr_template": report.template_source, "simulated_gpu": report.simulated_gpu, "ok": report.ok,
+        "stack_import": None if report.stack_import is None else {
+            "ok": report.stack_import[0], "found": report.stack_import[1]},
         "carry": [{"patch": c.patch.name, "status": c.status, "detail": c.detail} for c in report.carried],
         "not_proposed": [{"patch": n, "why": w} for n, w in report.not_proposed],
         "prs": [{
@@ -343,6 +371,8 @@ def write_summary(staging: pathlib.Path, report: Report) -> None:
                      f"`{pr.branch.name}` | {on} | {status} | {tests}{flag} |")
     if not report.prs:
         lines.append("| - | no pull request: every patch is under Not proposed | | | | | |")
+    if report.stack_import is not None:
+        lines += ["", f"- with every pull request applied: {report.stack_import[1]}"]
     lines += ["", "## Not proposed", "", *[f"- {name}: {why}" for name, why in report.not_proposed]]
     lines += [] if report.not_proposed else ["- (none)"]
     lines += ["", "## Carry", "", *[f"- {c.patch.name}: {c.status} ({c.detail})" for c in report.carried]]

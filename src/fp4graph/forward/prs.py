@@ -443,7 +443,7 @@ def _hooks(
 
 def stack_checks(
     settings: Settings, options: UpstreamOptions, source: _Source, prs: Sequence[PullRequest],
-    hooks: Sequence[checks.Hook],
+    hooks: Sequence[checks.Hook], top: str | None,
 ) -> dict[str, tuple[tuple[checks.CheckResult, ...], str]]:
     """The hooks run once over the files of every built pull request, at the commit that
     holds them all (the top branch of a stacked series, the carried series otherwise):
@@ -454,11 +454,8 @@ def stack_checks(
     if not options.run_checks or len(built) < 2:
         return {}
     repo = source.repo.path
-    top = built[-1].branch.commit
-    assert top is not None
-    if not source.stacked:
-        carried = "fp4graph/carried" if source.target != source.repo.base else "fp4graph/series"
-        top = git(repo, "rev-parse", carried).stdout.strip()
+    if top is None:
+        return {}
     per_pr = {pr.branch.name: _diffstat(repo, pr.branch.commit)[0] for pr in built if pr.branch.commit}
     holds = set(git(repo, "diff", "--name-only", source.target, top).stdout.split())
     if not all(set(files) <= holds for files in per_pr.values()):
@@ -473,6 +470,54 @@ def stack_checks(
     return {name: (tuple(dataclasses.replace(c, files=tuple(f for f in c.files if f in files))
                          for c in results if set(c.files) & set(files)), where)
             for name, files in per_pr.items()}
+
+
+# Module -> what importing it with every pull request applied must leave unloaded (issue 20:
+# torch._dynamo costs seconds at import, and upstream keeps it out on purpose).
+IMPORT_LEAVES_UNLOADED: dict[str, tuple[str, str]] = {"flashinfer-python": ("flashinfer", "torch._dynamo")}
+
+
+def stack_import(
+    source: _Source, top: str | None, python: str, scratch: pathlib.Path, *, simulated_gpu: bool,
+) -> tuple[bool, str] | None:
+    """``import <module>`` in a fresh interpreter at the commit that holds every built pull
+    request: (whether it left the module it must not load unloaded, what was seen)."""
+    leaves = IMPORT_LEAVES_UNLOADED.get(source.repo.project)
+    if leaves is None:
+        return None
+    module, unloaded = leaves
+    if top is None:
+        return False, f"`import {module}` with every pull request applied: not run, not every patch carried"
+    shown = f"`import {module}` at {top[:12]}"
+    missing = _torch_import_error(python)
+    if missing is not None:
+        return False, f"{shown}: not run, {python} has no torch: {missing}"
+    repo = source.repo.path
+    git(repo, "checkout", "-q", "-f", "--detach", top)
+    entry = projects.get(source.repo.project)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [*([str(_simulated_children(scratch))] if simulated_gpu else []), str(repo / entry.test_pythonpath)]))
+    probe = subprocess.run([python, "-c", f"import sys, {module}; print({unloaded!r} in sys.modules)"],
+                           cwd=repo, env=env, capture_output=True, text=True)
+    if probe.returncode != 0:
+        return False, f"{shown} failed: {(probe.stdout + probe.stderr).strip()[-500:]}"
+    if probe.stdout.strip().splitlines()[-1:] != ["False"]:
+        return False, f"{shown} loads {unloaded}"
+    return True, f"{shown} leaves {unloaded} unloaded" + (" (simulated GPU)" if simulated_gpu else "")
+
+
+def stack_top(
+    source: _Source, carried: Sequence[prbranches.CarriedPatch], prs: Sequence[PullRequest],
+) -> str | None:
+    """The commit that holds every built pull request: the top branch of a stacked series,
+    the carried series otherwise (None where some patch did not carry)."""
+    built = [pr for pr in prs if pr.branch.commit is not None]
+    if not built or any(c.status in ("conflict", "pending") for c in carried):
+        return None
+    if source.stacked:
+        return built[-1].branch.commit
+    branch = "fp4graph/carried" if source.target != source.repo.base else "fp4graph/series"
+    return git(source.repo.path, "rev-parse", branch).stdout.strip()
 
 
 def _check_and_test(
@@ -539,12 +584,15 @@ def prepare(settings: Settings, options: UpstreamOptions, out: pathlib.Path) -> 
         config, checks_source = checks.load_config(source.repo.path, source.repo.project)
         hooks = checks.hooks_for(config, source.repo.project)
         proposed = _proposed(branches, source.not_proposed)
-        checked = stack_checks(settings, options, source, proposed, hooks)
+        top = stack_top(source, carried, proposed)
+        checked = stack_checks(settings, options, source, proposed, hooks, top)
         prs = [_check_and_test(settings, options, source, pr, hooks, scratch, simulated_gpu,
                                checked.get(pr.branch.name))
                for pr in proposed]
         built = [pr.branch.name for pr in prs if pr.branch.commit is not None]
         git(source.repo.path, "checkout", "-q", "-f", *([built[-1]] if built else ["--detach", source.target]))
+        imported = (stack_import(source, top, options.python, scratch, simulated_gpu=simulated_gpu)
+                    if options.run_tests else None)
         template, template_source = _template(source.repo.path, source.target, source.repo.project)
         report = Report(
             project=source.repo.project, title=source.title, base_note=source.base_note, target=source.target,
@@ -552,7 +600,7 @@ def prepare(settings: Settings, options: UpstreamOptions, out: pathlib.Path) -> 
             carried=tuple(carried), prs=tuple(prs), not_proposed=tuple(source.not_proposed.items()),
             checks_source=checks_source if options.run_checks else "not run (--no-checks)",
             template_source=template_source, tests_must_run=options.tests_must_run,
-            simulated_gpu=simulated_gpu,
+            simulated_gpu=simulated_gpu, stack_import=imported,
         )
         write_prs(staging, report, template, bench_results(settings.repo),
                   _host_note(options.python, simulated_gpu))
