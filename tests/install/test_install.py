@@ -47,6 +47,17 @@ def test_install_command_pip_and_uv() -> None:
         "sglang==1+fp4graph.1"]
 
 
+def test_the_smoke_asks_fp4_warmup_only_of_our_flashinfer() -> None:
+    """sglang-0.5.12.post1 serves flashinfer 0.6.11.post1 pristine, which has no fp4_warmup:
+    its real install failed that step (ImportError) before the smoke asked only ours."""
+    ours = ["sglang==0.5.11+fp4graph.5", "flashinfer-python==0.6.8.post1+fp4graph.6"]
+    pristine = ["sglang==0.5.12.post1+fp4graph.1", "flashinfer-python==0.6.11.post1"]
+    assert stack.flashinfer_patched(ours) and not stack.flashinfer_patched(pristine)
+    names = [c.name for c in stack.smoke_checks([], fp4_warmup=False)]
+    assert "flashinfer.fp4_warmup" not in names and "import flashinfer" in names
+    assert "flashinfer.fp4_warmup" in [c.name for c in stack.smoke_checks([])]
+
+
 def test_lock_problems_name_each_difference() -> None:
     lock = locks.make("s", [], [locks.LockedPin(name="six", version="1.0"),
                                 locks.LockedPin(name="attrs", version="2.0", marker='python_version < "3"')])

@@ -135,13 +135,15 @@ if missing:
 """
 
 
-def smoke_checks(architectures: Sequence[str]) -> list[SmokeCheck]:
-    """What sglang's server imports at start, as separate checks."""
+def smoke_checks(architectures: Sequence[str], *, fp4_warmup: bool = True) -> list[SmokeCheck]:
+    """What sglang's server imports at start, as separate checks; ``fp4_warmup``: the
+    stack's flashinfer is ours (a stack that serves it pristine has no ``fp4_warmup``)."""
+    warmup = [SmokeCheck(name="flashinfer.fp4_warmup",
+                         code="from flashinfer import fp4_warmup; assert callable(fp4_warmup); print(fp4_warmup)")]
     return [
         SmokeCheck(name="import flashinfer",
                    code="import flashinfer; print('flashinfer', flashinfer.__version__, flashinfer.__file__)"),
-        SmokeCheck(name="flashinfer.fp4_warmup",
-                   code="from flashinfer import fp4_warmup; assert callable(fp4_warmup); print(fp4_warmup)"),
+        *(warmup if fp4_warmup else []),
         SmokeCheck(name="import sgl_kernel", code="import sgl_kernel; print('sgl_kernel', sgl_kernel.__file__)"),
         SmokeCheck(name="ModelOpt fp4 method",
                    code="from sglang.srt.layers.quantization.modelopt_quant import "
@@ -463,6 +465,11 @@ def sglang_version(pins: Sequence[str]) -> str:
     raise InstallError(f"pins {' '.join(pins)} hold no sglang: `install` is for stacks with sglang")
 
 
+def flashinfer_patched(pins: Sequence[str]) -> bool:
+    """Whether a stack's pins hold our flashinfer-python (``+fp4graph.N``), not pristine's."""
+    return any(p.startswith("flashinfer-python==") and "+fp4graph." in p for p in pins)
+
+
 def options_for(
     settings: Settings,
     stack: str,
@@ -495,7 +502,8 @@ def options_for(
         index_url=index_url,
         extra_index_urls=tuple(extra_index_urls if extra_index_urls is not None else
                                (() if index_url else (PYPI,))),
-        installer=installer, checks=tuple(smoke_checks(families.architectures(sglang_version(pins)))),
+        installer=installer, checks=tuple(smoke_checks(families.architectures(sglang_version(pins)),
+                                                      fp4_warmup=flashinfer_patched(pins))),
         extra_checks=tuple(extra_checks), env=tuple(env), log_file=log_file, upgrade_pip=upgrade_pip,
         pins_as_built=as_built,
     )
