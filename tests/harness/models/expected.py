@@ -183,6 +183,27 @@ _ALL_WORK = {
 }
 
 PRISTINE_RELEASES: dict[str, PristineRelease] = {
+    # 0.5.12 (the same pins as 0.5.12.post1, which changed DeepSeek-V4 and speculative
+    # code): the same outcome, the same file:line; stack sglang-0.5.12.post1's series applies
+    # to it with git apply (offsets only, model_runner.py -7 lines).
+    "0.5.12": PristineRelease(
+        flashinfer="0.6.11.post1", torch="2.11.0", transformers="5.6.0",
+        default_prefill="piecewise (torch.compile, PiecewiseCudaGraphRunner), on by default",
+        families={
+            "llama": WORKS, "qwen3": WORKS, "qwen3-moe": WORKS, "deepseek-v3": WORKS,
+            "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS,
+            "glm5": _NSA_0512, "deepseek-v3.2": _NSA_0512,
+        },
+    ),
+    # 0.5.13 (0.5.13.post1 changed only the speculative v2 workers): every family traces.
+    "0.5.13": PristineRelease(
+        flashinfer="0.6.12", torch="2.11.0", transformers="5.8.1",
+        default_prefill="piecewise (torch.compile, PiecewiseCudaGraphRunner), on by default",
+        families={
+            "llama": WORKS, "qwen3": WORKS, "qwen3-moe": WORKS, "deepseek-v3": WORKS,
+            "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS, "glm5": WORKS, "deepseek-v3.2": WORKS,
+        },
+    ),
     # PR #23351 upstream: NSA models in piecewise, the indexer's top-k a split op.
     "0.5.13.post1": PristineRelease(
         flashinfer="0.6.12", torch="2.11.0", transformers="5.8.1",
