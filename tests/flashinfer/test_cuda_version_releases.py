@@ -1,0 +1,190 @@
+"""The CUDA-version lookups of the FlashInfer releases we serve pristine (no series), on a
+simulated SM12x machine whose toolkit is absent, older than PyTorch's CUDA, or the same.
+
+FlashInfer's ``jit/cpp_ext.py`` ``get_cuda_version()`` asks ``nvcc --version`` (a
+subprocess; ``torch.version.cuda`` only where nvcc is missing), and from 0.6.11 runtime
+decisions read it: the SM12x arch suffix of the module-level ``CompilationContext``
+(``compilation_context.py``, at ``import flashinfer``), ``mm_fp4``'s ``auto`` order
+(``gemm/gemm_base.py`` ``_heuristic_func_mm_fp4``: b12x first on SM120 with CUDA 13) and
+the b12x GEMM / fused-MoE CUDA-13 requirement.  A DGX Spark peer patches it to read
+``torch.version.cuda`` through sglang 0.5.17 (flashinfer 0.6.15.post1).  Measured here, per
+release (the flashinfer-python releases pinned in patches/stacks.toml without a series):
+nvcc runs, what it answers, what those decisions become, and whether a function that asks
+it can be traced by ``torch.compile(fullgraph=True)`` (the peer's symptom).  Our series
+(0.6.x revision 3+, ``cuda-version``) split the reading: test_cuda_version.py.
+
+Stand-ins: ``nvcc`` under CUDA_HOME, a script that logs its call and prints the version it is
+told to (absent: CUDA_HOME without ``bin/nvcc``); ``torch.version.cuda`` ``13.0`` (torch
+2.11.0's CUDA, the pin of sglang 0.5.12 ... 0.5.17); the SM120 / SM121 device
+(``fp4graph.verify.simulate``); ``cute_dsl`` availability (b12x's check needs
+nvidia-cutlass-dsl, not installed here: forced true); while tracing, ``torch.cuda.is_available``
+false (Dynamo saves the CUDA RNG state of a device a CPU build has not).  One child per
+release, a fork per case.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+from packaging.version import Version
+
+from conftest import series_versions
+from fp4graph.model.stacks import load
+from harness.child import CaseReport, run_forked
+from harness.targets import full_matrix
+
+PROJECT = "flashinfer-python"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TORCH_CUDA = "13.0"
+TOOLKITS = ("none", "12.8", "13.0")
+GPUS = ("sm120", "sm121")
+
+NVCC = """#!/bin/sh
+echo call >> "$FP4GRAPH_NVCC_LOG"
+echo "nvcc: NVIDIA (R) Cuda compiler driver"
+echo "Cuda compilation tools, release {version}, V{version}.41"
+"""
+
+CHILD = r"""
+import io, logging, os, re, sys, types
+import torch
+from fp4graph.verify import simulate
+BASE = list(sys.path)
+
+def case(request):
+    simulate.install(simulate.GPUS[request["gpu"]])
+    torch.version.cuda = request["torch"]
+    os.environ["CUDA_HOME"] = request["cuda_home"]
+    os.environ["FP4GRAPH_NVCC_LOG"] = request["log"]
+    os.environ.pop("FLASHINFER_CUDA_ARCH_LIST", None)
+    sys.path[:] = [request["tree"], *BASE]
+    caught = io.StringIO()
+    logging.getLogger().addHandler(logging.StreamHandler(caught))
+    import flashinfer
+    from flashinfer.jit import core, cpp_ext
+    from flashinfer.gemm import gemm_base
+
+    def calls():
+        try:
+            return len(open(request["log"]).read().split())
+        except FileNotFoundError:
+            return 0
+
+    out = {"version": flashinfer.__version__, "nvcc_at_import": calls(),
+           "archs": sorted(f"{a}.{b}" for a, b in core.current_compilation_context.TARGET_CUDA_ARCHS),
+           "import_warning": "requires CUDA >= 12.9" in caught.getvalue(),
+           "get_cuda_version": str(cpp_ext.get_cuda_version())}
+    # The fp4 quantization module an SM12x fp4_quantize builds (its JIT build stood in).
+    from flashinfer.quantization import fp4_quantization
+    built = []
+    core.JitSpec.build_and_load = lambda spec: built.append(spec) or types.SimpleNamespace()
+    major, minor = torch.cuda.get_device_capability()
+    try:
+        fp4_quantization.get_fp4_quantization_module(f"{major}{minor}")
+        flags = " ".join(built[0].extra_cuda_cflags or [])
+        out["fp4_module"] = [built[0].name, sorted(set(re.findall(r"compute_\w+", flags)))]
+    except Exception as exc:
+        out["fp4_module"] = type(exc).__name__ + ": " + str(exc).splitlines()[0]
+    device = types.SimpleNamespace(device=torch.device("cuda", 0))
+    out["mm_fp4_auto"] = gemm_base._heuristic_func_mm_fp4(["cudnn", "cutlass", "b12x"], device, None, None, None)
+    gemm_base._check_cute_dsl_availability = lambda: None
+    try:
+        a = types.SimpleNamespace(shape=(128, 64))  # packed fp4: K = 128 (0.6.15 checks it)
+        gemm_base._b12x_gemm_fp4_requirement(a, a, None, None)
+        out["b12x_gemm"] = "ok"
+    except ValueError as exc:
+        out["b12x_gemm"] = str(exc)
+
+    def asks(x):
+        return x + 1 if cpp_ext.is_cuda_version_at_least("12.8") else x
+
+    before = calls()
+    torch.cuda.is_available = lambda: False  # Dynamo would save the (absent) CUDA RNG state
+    try:
+        torch.compile(asks, fullgraph=True, backend="eager")(torch.zeros(2))
+        out["traced"] = "ok"
+    except Exception as exc:
+        out["traced"] = type(exc).__name__ + ": " + str(exc).splitlines()[0]
+    out["nvcc_while_tracing"] = calls() - before
+    return out
+"""
+
+
+def releases() -> list[str]:
+    """The pinned flashinfer-python 0.6.x releases from 0.6.11 (b12x, the first runtime
+    readers of the toolkit's version) that no series covers: served pristine, oldest first."""
+    catalog = load(REPO / "patches" / "stacks.toml")
+    covered = set(series_versions(PROJECT))
+    found = {a.version for a in catalog.artifacts.values() if a.project == PROJECT} - covered
+    return sorted((v for v in found if Version("0.6.11") <= Version(v) < Version("0.7")), key=Version)
+
+
+def _toolkit(root: pathlib.Path, version: str) -> pathlib.Path:
+    home = root / f"cuda-{version}"
+    (home / "bin").mkdir(parents=True)
+    if version != "none":
+        nvcc = home / "bin" / "nvcc"
+        nvcc.write_text(NVCC.format(version=version), encoding="utf-8")
+        nvcc.chmod(0o755)
+    return home
+
+
+@pytest.fixture(scope="module")
+def results(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    done: dict[str, dict[str, CaseReport]] = {}
+
+    def get(version: str) -> dict[str, CaseReport]:
+        if version not in done:
+            root = tmp_path_factory.mktemp(f"cuda-lookup-{version}")
+            tree = wheel_tree(PROJECT, version, patched=False)
+            requests = {}
+            for gpu in GPUS:
+                for nvcc in TOOLKITS:
+                    name = f"{gpu} nvcc={nvcc}"
+                    requests[name] = {"tree": str(tree), "torch": TORCH_CUDA, "gpu": gpu,
+                                      "cuda_home": str(_toolkit(root / gpu, nvcc)),
+                                      "log": str(root / f"{gpu}-{nvcc}.log")}
+            done[version] = run_forked(CHILD, requests)
+        return done[version]
+
+    return get
+
+
+# Six forks per release, each importing FlashInfer and compiling once: the full tier only
+# (nox -s tracing); CI runs none of it.
+@pytest.mark.skipif(not full_matrix(), reason="FP4GRAPH_MODELS=full (nox -s tracing)")
+@pytest.mark.parametrize("version", releases())
+def test_pristine_lookups(results: Any, version: str) -> None:
+    """What pristine does with each toolkit (the peer's failure: nvcc, not PyTorch's CUDA)."""
+    cases = results(version)
+    for name, report in cases.items():
+        assert report.crash is None, report.describe()
+        assert report["version"] == version, report.describe()
+        gpu, nvcc = name.split(" nvcc=")
+        # nvcc runs at import on SM12x (CompilationContext), answered or fallen back.
+        assert report["nvcc_at_import"] == (0 if nvcc == "none" else 1), report.describe()
+        seen = TORCH_CUDA if nvcc == "none" else nvcc
+        assert report["get_cuda_version"] == seen, report.describe()
+        family = "12.0f" if gpu == "sm120" else "12.1a"
+        # An nvcc older than 12.9 leaves import with no SM12x target (a logged warning):
+        # every later JIT build has no arch, though PyTorch's CUDA (13.0) has it.
+        assert report["archs"] == ([] if seen == "12.8" else [family]), report.describe()
+        assert report["import_warning"] is (seen == "12.8"), report.describe()
+        # fp4_quantize's module: the SM12x family one (120f) by torch.version.cuda, on GB10
+        # too; with nvcc 12.8 no module can be generated: jit/core.py check_cuda_arch finds
+        # no target (a misleading "sm75" error on an SM12x GPU).
+        if seen == "12.8":
+            assert report["fp4_module"] == "RuntimeError: FlashInfer requires GPUs with sm75 or higher", report.describe()
+        else:
+            assert report["fp4_module"] == ["fp4_quantization_120f", ["compute_120f"]], report.describe()
+        # Runtime decisions follow the toolkit: with nvcc 12.8 beside torch cu130, mm_fp4's
+        # auto order drops b12x on SM120 and b12x refuses "CUDA 13 or later".
+        b12x_first = gpu == "sm120" and seen == "13.0"
+        assert (report["mm_fp4_auto"][0] == "b12x") is b12x_first, report.describe()
+        assert (report["b12x_gemm"] == "ok") is (seen == "13.0"), report.describe()
+        # Traced, the lookup cannot be: Dynamo ignores functools.cache and reaches the
+        # subprocess (or, without nvcc, the same call that raises).
+        assert report["traced"] == "Unsupported: Attempted to call function marked as skipped", report.describe()
+        assert report["nvcc_while_tracing"] == 0, report.describe()
