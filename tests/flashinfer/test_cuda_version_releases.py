@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from conftest import series_versions
+from fp4graph.model import series
 from fp4graph.model.stacks import load
 from harness.child import CaseReport, run_forked
 from harness.targets import full_matrix
@@ -116,7 +116,7 @@ def releases() -> list[str]:
     """The pinned flashinfer-python 0.6.x releases from 0.6.11 (b12x, the first runtime
     readers of the toolkit's version) that no series covers: served pristine, oldest first."""
     catalog = load(REPO / "patches" / "stacks.toml")
-    covered = set(series_versions(PROJECT))
+    covered = set(series.series_versions(REPO / "patches", PROJECT))
     found = {a.version for a in catalog.artifacts.values() if a.project == PROJECT} - covered
     return sorted((v for v in found if Version("0.6.11") <= Version(v) < Version("0.7")), key=Version)
 
