@@ -40,11 +40,18 @@ def test_install_command_pip_and_uv() -> None:
                                  lock="l.txt", pins=pins) == [
         "pip", "install", "--index-url", "http://ours/simple/", "--extra-index-url", "https://pypi/",
         "-c", "l.txt", "sglang==1+fp4graph.1"]
-    # uv takes a name from the first index that has it: ours first, PyPI the default.
+    # uv: ours first, PyPI the default; a name ours has in other versions only (a pristine
+    # pin) may come from PyPI (first-index would stop at ours).
     assert stack.install_command(["uv", "pip"], index_url="http://ours/simple/", extra_index_urls=["https://pypi/"],
                                  lock=None, pins=pins, uv=True) == [
         "uv", "pip", "install", "--index", "http://ours/simple/", "--default-index", "https://pypi/",
-        "sglang==1+fp4graph.1"]
+        "--index-strategy", "unsafe-first-match", "sglang==1+fp4graph.1"]
+    # One index (the README's mirror), or a strategy of the caller's: none added.
+    assert "--index-strategy" not in stack.install_command(["uv", "pip"], index_url="http://ours/simple/",
+                                                           lock=None, pins=pins, uv=True)
+    chosen = stack.install_command(["uv", "pip"], index_url="http://ours/simple/", extra_index_urls=["https://pypi/"],
+                                   lock=None, pins=pins, uv=True, options=["--index-strategy", "unsafe-best-match"])
+    assert chosen.count("--index-strategy") == 1
 
 
 def test_lock_problems_name_each_difference() -> None:
