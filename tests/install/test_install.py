@@ -14,6 +14,7 @@ import pytest
 from fp4graph.commands import install as install_command
 from fp4graph.install import stack
 from fp4graph.model import locks
+from fp4graph.model.config import Settings
 from harness.install_world import CUBIN_ERROR, KERNEL, STACK, World
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -60,6 +61,20 @@ def test_lock_problems_name_each_difference() -> None:
     installed = {"six": "1.1", "attrs": "3.0", "pip": "26.3", "sglang": "1+fp4graph.1"}
     assert stack.lock_problems(lock, installed, ["sglang==1+fp4graph.1"], None) == [
         "six 1.1 installed, locked 1.0", "attrs 3.0 installed, not in the lock"]
+
+
+def test_fp4_warmup_is_checked_only_where_flashinfer_is_ours(tmp_path: pathlib.Path) -> None:
+    """fp4_warmup is our series' function: a stack serving flashinfer pristine
+    (sglang-0.5.12.post1's 0.6.11.post1, which has none) does not fail its smoke on it."""
+    settings = Settings(repo=tmp_path, cache_dir=tmp_path / "cache")
+
+    def names(*pins: str) -> list[str]:
+        options = stack.options_for(settings, "s", venv=tmp_path / "v", base_python="python", locked=False,
+                                    pins=pins)
+        return [c.name for c in options.checks]
+
+    assert "flashinfer.fp4_warmup" in names("sglang==0.5.9+fp4graph.4", "flashinfer-python==0.6.3+fp4graph.5")
+    assert "flashinfer.fp4_warmup" not in names("sglang==0.5.12.post1+fp4graph.1", "flashinfer-python==0.6.11.post1")
 
 
 def test_error_line_is_the_last_exception() -> None:
