@@ -18,6 +18,8 @@ from fp4graph.platforms.targets import LINUX_AARCH64
 PINS = ("sglang==1+fp4graph.1", "flashinfer-python==2+fp4graph.3")
 TORCH = TorchBuild(platform=LINUX_AARCH64, stacks=("s",), requirement="torch==2.9.1+cu130",
                    index="https://download.pytorch.org/whl/cu130", why="w")
+KERNEL = TorchBuild(platform=LINUX_AARCH64, stacks=("s",), requirement="sgl-kernel==0.3.21+cu130",
+                    index="https://docs.sglang.ai/whl/cu130/", why="w")
 TMS = Override(platform=LINUX_AARCH64, stacks=("s",), requirement="tms==0.0.9.post1", why="w")
 
 
@@ -134,3 +136,34 @@ def test_the_checks_run_under_the_targets_interpreter_which_they_are_told(tmp_pa
     assert seen["path"][1:3] == [str(tmp_path / "target"), str(tmp_path / "src")]
     assert seen["cwd"] == str(tmp_path)
     assert not broken.ok and "simulation llama: FAILED" in broken.detail
+
+
+def test_another_build_from_its_own_index_goes_beside_torchs(tmp_path: pathlib.Path) -> None:
+    """A [[build]] (sgl-kernel's cu130 build): its requirement and index join torch's where the
+    indexes are reachable; here PyPI's build stands in, the report says so, and a check that
+    fails only for the CUDA 12 library that build needs is skipped with the library named."""
+    where = stack.Served(index_url="http://i/simple/", lock=None, base=None)
+    both = dataclasses.replace(options(tmp_path, torch_index=True),
+                               extra=PlatformPins(overrides=(TMS,), torch=TORCH, builds=(KERNEL,)))
+    spark = cross.target_command(both, where, None)
+    assert [spark[i + 1] for i, a in enumerate(spark) if a == "--index"] == [
+        "https://download.pytorch.org/whl/cu130", "https://docs.sglang.ai/whl/cu130/", "http://i/simple/"]
+    assert spark.count("--index-strategy") == 1
+    assert spark[-2:] == ["torch==2.9.1+cu130", "sgl-kernel==0.3.21+cu130"]
+    here = dataclasses.replace(both, torch_index=False)
+    assert "sgl-kernel" not in " ".join(cross.target_command(here, where, None))
+    assert "sgl-kernel: PyPI's build, not sgl-kernel==0.3.21+cu130 from https://docs.sglang.ai/whl/cu130/" in (
+        cross.torch_note(here))
+    missing = "ImportError: libnvrtc.so.12: cannot open shared object file: No such file or directory"
+    assert "needs libnvrtc.so.12" in cross.stand_in_failure(here, missing)
+    assert cross.stand_in_failure(both, missing) == ""  # the real build was installed: a failure
+    assert cross.stand_in_failure(here, "ImportError: libc10_cuda.so: cannot open shared object file") == ""
+    assert cross.stand_in_failure(options(tmp_path, torch_index=False), missing) == ""  # no [[build]]
+    checks = (stack.SmokeCheck(name="kernel", code=f"raise ImportError({missing!r})"),
+              stack.SmokeCheck(name="other", code="raise ImportError('libfoo.so.12: cannot open shared object file')"))
+    report = stack.InstallReport(stack="s", venv=str(tmp_path), command="")
+    cross._smoke(report, dataclasses.replace(here, base=dataclasses.replace(here.base, checks=checks)), {}, tmp_path)
+    found = {s.name: s for s in report.steps}
+    assert found["smoke: kernel"].skipped and "sgl-kernel==0.3.21+cu130" in found["smoke: kernel"].detail
+    assert found["smoke: other"].skipped  # any CUDA 12 library the stand-in lacks, named
+    assert "libfoo.so.12" in found["smoke: other"].detail

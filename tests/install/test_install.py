@@ -14,6 +14,7 @@ import pytest
 from fp4graph.commands import install as install_command
 from fp4graph.install import stack
 from fp4graph.model import locks
+from fp4graph.model.config import Settings
 from harness.install_world import CUBIN_ERROR, KERNEL, STACK, World
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -40,22 +41,18 @@ def test_install_command_pip_and_uv() -> None:
                                  lock="l.txt", pins=pins) == [
         "pip", "install", "--index-url", "http://ours/simple/", "--extra-index-url", "https://pypi/",
         "-c", "l.txt", "sglang==1+fp4graph.1"]
-    # uv takes a name from the first index that has it: ours first, PyPI the default.
+    # uv: ours first, PyPI the default; a name ours has in other versions only (a pristine
+    # pin) may come from PyPI (first-index would stop at ours).
     assert stack.install_command(["uv", "pip"], index_url="http://ours/simple/", extra_index_urls=["https://pypi/"],
                                  lock=None, pins=pins, uv=True) == [
         "uv", "pip", "install", "--index", "http://ours/simple/", "--default-index", "https://pypi/",
-        "sglang==1+fp4graph.1"]
-
-
-def test_the_smoke_asks_fp4_warmup_only_of_our_flashinfer() -> None:
-    """sglang-0.5.12.post1 serves flashinfer 0.6.11.post1 pristine, which has no fp4_warmup:
-    its real install failed that step (ImportError) before the smoke asked only ours."""
-    ours = ["sglang==0.5.11+fp4graph.5", "flashinfer-python==0.6.8.post1+fp4graph.6"]
-    pristine = ["sglang==0.5.12.post1+fp4graph.1", "flashinfer-python==0.6.11.post1"]
-    assert stack.flashinfer_patched(ours) and not stack.flashinfer_patched(pristine)
-    names = [c.name for c in stack.smoke_checks([], fp4_warmup=False)]
-    assert "flashinfer.fp4_warmup" not in names and "import flashinfer" in names
-    assert "flashinfer.fp4_warmup" in [c.name for c in stack.smoke_checks([])]
+        "--index-strategy", "unsafe-first-match", "sglang==1+fp4graph.1"]
+    # One index (the README's mirror), or a strategy of the caller's: none added.
+    assert "--index-strategy" not in stack.install_command(["uv", "pip"], index_url="http://ours/simple/",
+                                                           lock=None, pins=pins, uv=True)
+    chosen = stack.install_command(["uv", "pip"], index_url="http://ours/simple/", extra_index_urls=["https://pypi/"],
+                                   lock=None, pins=pins, uv=True, options=["--index-strategy", "unsafe-best-match"])
+    assert chosen.count("--index-strategy") == 1
 
 
 def test_lock_problems_name_each_difference() -> None:
@@ -64,6 +61,20 @@ def test_lock_problems_name_each_difference() -> None:
     installed = {"six": "1.1", "attrs": "3.0", "pip": "26.3", "sglang": "1+fp4graph.1"}
     assert stack.lock_problems(lock, installed, ["sglang==1+fp4graph.1"], None) == [
         "six 1.1 installed, locked 1.0", "attrs 3.0 installed, not in the lock"]
+
+
+def test_fp4_warmup_is_checked_only_where_flashinfer_is_ours(tmp_path: pathlib.Path) -> None:
+    """fp4_warmup is our series' function: a stack serving flashinfer pristine
+    (sglang-0.5.12.post1's 0.6.11.post1, which has none) does not fail its smoke on it."""
+    settings = Settings(repo=tmp_path, cache_dir=tmp_path / "cache")
+
+    def names(*pins: str) -> list[str]:
+        options = stack.options_for(settings, "s", venv=tmp_path / "v", base_python="python", locked=False,
+                                    pins=pins)
+        return [c.name for c in options.checks]
+
+    assert "flashinfer.fp4_warmup" in names("sglang==0.5.9+fp4graph.4", "flashinfer-python==0.6.3+fp4graph.5")
+    assert "flashinfer.fp4_warmup" not in names("sglang==0.5.12.post1+fp4graph.1", "flashinfer-python==0.6.11.post1")
 
 
 def test_error_line_is_the_last_exception() -> None:

@@ -82,11 +82,16 @@ def test_a_bad_platforms_entry_names_the_file_and_entry(tmp_path: pathlib.Path) 
         '[[torch]]\nplatform = "linux-aarch64"\nstacks = ["s"]\nrequirement = "torch>=2"\nwhy = "w"\nindex = "i"\n')
     with pytest.raises(ConfigError, match=r"\[\[torch\]\] #1: 'torch>=2' is not an exact name==version"):
         overrides.read(tmp_path)
+    (tmp_path / "platforms.toml").write_text(
+        '[[build]]\nplatform = "linux-aarch64"\nstacks = ["s"]\nrequirement = "torch==2+cu130"\nwhy = "w"\nindex = "i"\n')
+    with pytest.raises(ConfigError, match=r"\[\[build\]\] #1: 'torch==2\+cu130' belongs in \[\[torch\]\]"):
+        overrides.read(tmp_path)
 
 
 def test_the_committed_platform_entries_match_the_stacks_and_their_locks() -> None:
     """Every stack named exists; an override's stacks' locks carry the split lines; a torch
-    build is the stack's own torch with a local (CUDA) label."""
+    build is the stack's own torch with a local (CUDA) label, another build the locked
+    version with one; each build is named in its stacks' lock headers."""
     catalog = stacks.load(REPO / "patches" / "stacks.toml")
     found_overrides, torches = overrides.read(REPO / "patches" / "locks")
     assert found_overrides and torches
@@ -100,4 +105,11 @@ def test_the_committed_platform_entries_match_the_stacks_and_their_locks() -> No
     for build in torches:
         for name in build.stacks:
             version = build.requirement.split("==")[1]
-            assert version.split("+")[0] == catalog.stack(name).torch and "+cu" in version
+            assert "+cu" in version and any(line.startswith(f"On linux-aarch64: {build.requirement} from ")
+                                            for line in locks.read(locks.lock_path(REPO / "patches", name)).header)
+            if build.name == "torch":
+                assert version.split("+")[0] == catalog.stack(name).torch
+            else:  # the CUDA build of the version the stack's lock pins
+                lock = locks.read(locks.lock_path(REPO / "patches", name))
+                assert lock.versions({"platform_machine": "aarch64", "sys_platform": "linux"})[
+                    build.name] == version.split("+")[0]

@@ -253,7 +253,8 @@ def test_a_stacks_lock_is_published_beside_the_index(tmp_path: pathlib.Path, sha
 
 
 def test_a_platforms_torch_build_and_overrides_are_published(tmp_path: pathlib.Path, shared_cache: pathlib.Path) -> None:
-    """patches/locks/platforms.toml: linux aarch64's pins add the CUDA torch build, its
+    """patches/locks/platforms.toml: linux aarch64's pins add the CUDA torch build and the
+    other builds from their own index (sgl-kernel's), its
     overrides file holds the override; linux x86_64's pins stay the stack's own."""
     checkout = make_checkout(tmp_path / "repo", shared_cache)
     locks_dir = checkout.patches_dir / "locks"
@@ -272,12 +273,19 @@ stacks = ["{STACK}"]
 requirement = "torch==2.9.1+cu130"
 index = "https://download.pytorch.org/whl/cu130"
 why = "PyPI's is a CPU build"
+
+[[build]]
+platform = "linux-aarch64"
+stacks = ["{STACK}"]
+requirement = "sgl-kernel==0.3.21+cu130"
+index = "https://docs.sglang.ai/whl/cu130/"
+why = "PyPI's is a CUDA 12 build"
 """)
     build.build(checkout, [STACK])
     published = checkout.wheels_dir / "locks"
     pins = [p.requirement for p in manifest.read_built(checkout.wheels_dir).stack(STACK).pins]
     assert (published / f"{STACK}.pins.txt").read_text().splitlines()[1:] == pins
     assert (published / f"{STACK}.linux-aarch64.pins.txt").read_text().splitlines()[1:] == [
-        *pins, "torch==2.9.1+cu130"]
+        *pins, "torch==2.9.1+cu130", "sgl-kernel==0.3.21+cu130"]
     assert (published / f"{STACK}.linux-aarch64.overrides.txt").read_text().splitlines()[1:] == [
         "torch-memory-saver==0.0.9.post1"]

@@ -17,7 +17,10 @@ times.  Each check is still timed and reported on its own.
 
 torch: where the platform's CUDA build lives on PyTorch's own index (torch 2.9.1 for
 aarch64) and that index is not reachable (``torch_index=False``, these machines), the
-install takes PyPI's build, a CPU one, and the report says so.
+install takes PyPI's build, a CPU one, and the report says so.  The same for the other
+builds from their own index (``[[build]]``: sgl-kernel's cu130 build on sglang's index):
+PyPI's build stands in, and a check that fails only for the CUDA 12 library PyPI's build
+needs is reported skipped, with the library named (:func:`stand_in_failure`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import shlex
 import shutil
 import tempfile
@@ -71,7 +75,7 @@ class CrossOptions:
     uv: tuple[str, ...]  # the host's uv
     interpreter: tuple[str, ...]  # argv prefix of the target's python
     extra: PlatformPins
-    torch_index: bool  # whether the CUDA torch build's index is reachable
+    torch_index: bool  # whether the indexes of the platform's builds (torch's CUDA build) are reachable
 
     @property
     def target(self) -> pathlib.Path:
@@ -102,15 +106,35 @@ def stand_ins(options: CrossOptions) -> list[str]:
 
 
 def torch_note(options: CrossOptions) -> str:
-    """What the torch of this install is, when it is not the build a user's gets."""
+    """What the torch (and the other builds from their own index) of this install is, when it
+    is not the build a user's gets."""
     build = options.extra.torch
-    if build is None or options.torch_index:
+    if options.torch_index or not options.extra.indexed:
         return ""
     extra = stand_ins(options)
+    others = "".join(f"; {b.name}: PyPI's build, not {b.requirement} from {b.index} (out of reach too)"
+                     for b in options.extra.builds)
+    if build is None:
+        return others.removeprefix("; ")
     return (f"torch: PyPI's build (a CPU build on {options.platform.name}), not {build.requirement} "
             f"from {build.index}, which this machine cannot reach; a DGX Spark installs that one"
             + (f"; added what the CUDA build brings and sglang imports: {', '.join(extra)} (the lock's "
-               "x86_64 pin)" if extra else ""))
+               "x86_64 pin)" if extra else "") + others)
+
+
+_MISSING_CUDA12 = re.compile(r"(lib[\w+-]+\.so\.12): cannot open shared object file")
+
+
+def stand_in_failure(options: CrossOptions, output: str) -> str:
+    """Why a check failed, when only because PyPI's build stands in for a ``[[build]]`` whose
+    index is out of reach: the CUDA 12 library it needs (``libnvrtc.so.12``), which the
+    platform's build does not; "" otherwise."""
+    missing = _MISSING_CUDA12.search(output)
+    if options.torch_index or not options.extra.builds or missing is None:
+        return ""
+    builds = ", ".join(f"{b.requirement} ({b.index})" for b in options.extra.builds)
+    return (f"PyPI's CUDA 12 build stands in for {builds}, out of reach here, and needs {missing[1]}, "
+            f"which no package of this install loads (a DGX Spark installs the CUDA 13 build)")
 
 
 def target_command(options: CrossOptions, where: Served, overrides: pathlib.Path | None) -> list[str]:
@@ -118,18 +142,20 @@ def target_command(options: CrossOptions, where: Served, overrides: pathlib.Path
     the target platform into ``--target``, ours first, PyPI the default.  Where torch's
     index is out of reach, the stack's own pins file (PyPI's torch) stands in for the
     platform's."""
-    build = options.extra.torch if options.torch_index else None
+    builds = options.extra.indexed if options.torch_index else ()
     name = options.platform.name
     published_overrides = where.published(options.base, overrides_file(options.base.stack, name))
-    pins_url = (where.published(options.base, pins_file(options.base.stack, name if build or not
-                                                        options.extra.torch else None))
+    pins_url = (where.published(options.base, pins_file(options.base.stack, name if builds or not
+                                                        options.extra.indexed else None))
                 if where.lock and options.base.pins_as_built else None)
     platform_options = ["--python-platform", options.platform.uv_platform, "--python-version",
                         options.python_version, "--target", str(options.target), "--no-build"]
     extra = list(options.base.extra_index_urls)
-    if build is not None:  # torch's index beside ours; both carry exact versions only we pin
-        platform_options += ["--index", build.index, "--index-strategy", "unsafe-best-match"]
-    pins = [*([] if pins_url else [*options.base.pins, *([build.requirement] if build else [])]),
+    if builds:  # their indexes beside ours; each carries exact versions only we pin
+        for index in dict.fromkeys(b.index for b in builds):
+            platform_options += ["--index", index]
+        platform_options += ["--index-strategy", "unsafe-best-match"]
+    pins = [*([] if pins_url else [*options.base.pins, *(b.requirement for b in builds)]),
             *stand_ins(options)]
     override = published_overrides or (str(overrides) if overrides else None)
     return install_command([*options.uv, "pip"], index_url=where.index_url, extra_index_urls=extra,
@@ -175,9 +201,13 @@ def _smoke(report: InstallReport, options: CrossOptions, env: dict[str, str], cw
                     command=f"{shlex.join(options.interpreter)} (one interpreter, check {result['name']!r})",
                     detail=(text.strip().splitlines() or ["imports"])[-1][:300] if result["ok"]
                     else error_line(text), tail="" if result["ok"] else "\n".join(text.splitlines()[-15:]))
+        stand_in = "" if result["ok"] else stand_in_failure(options, text)
         if not result["ok"] and needs_driver(text):
             step.ok, step.skipped = True, True
             step.detail = f"needs the CUDA driver, runs on a GPU machine: {error_line(text)[:300]}"
+        elif stand_in:
+            step.ok, step.skipped = True, True
+            step.detail = f"{stand_in}: {error_line(text)[:200]}"
         report.steps.append(step)
     if len(done) < len(checks) or code != 0:
         report.steps.append(Step(name="smoke", ok=False, seconds=seconds, command=shlex.join(argv[:-2]),

@@ -68,15 +68,20 @@ def install_command(
 
     ``installer`` is what runs pip (``["pip"]``, ``[python, "-m", "pip"]``) or, with ``uv``,
     ``uv pip`` with its ``--python``.  pip consults every index and takes the highest
-    version (our exact ``==X+fp4graph.N`` pins exist only on ours); uv's first-index
-    strategy takes a name from the first index that has it, so ours goes first as
-    ``--index`` and PyPI is the ``--default-index``.  ``requirements``: the published file
+    version (our exact ``==X+fp4graph.N`` pins exist only on ours); uv's default
+    first-index strategy takes a name from the first index that has it, so ours goes first
+    as ``--index``, PyPI is the ``--default-index``, and ``unsafe-first-match`` lets a name
+    ours serves in other versions come from PyPI where its pin is pristine (sglang-0.5.12.post1's
+    ``flashinfer-python==0.6.11.post1``; first-index stops there): no public index can hold
+    our ``+fp4graph.N`` pins, the lock pins the rest.  ``requirements``: the published file
     of the stack's pins (``-r``; no checkout needed), else ``pins``.  ``overrides`` (uv only): a file of
     requirements replacing the stack's own exact pins of those names (a platform's,
     patches/locks/platforms.toml); ``options`` follow ``install`` (uv's --python-platform)."""
     cmd = [*installer, "install", *options]
     if uv:
         cmd += ["--index", index_url, *(a for u in extra_index_urls for a in ("--default-index", u))]
+        if extra_index_urls and "--index-strategy" not in options:
+            cmd += ["--index-strategy", "unsafe-first-match"]
     else:
         cmd += ["--index-url", index_url, *(a for u in extra_index_urls for a in ("--extra-index-url", u))]
     if lock:

@@ -5,8 +5,11 @@ Two kinds of entries, each with the stacks it applies to and why:
 - :class:`Override`: a package whose exactly pinned version has no wheel for the platform,
   replaced by another version (``uv pip install --override``); the lock's line for it is
   split by ``platform_machine`` (:func:`split_lines`);
-- :class:`TorchBuild`: the CUDA build of torch where PyPI's is a CPU build, pinned with its
-  local version, from PyTorch's own index.
+- :class:`TorchBuild` (``[[torch]]``): the CUDA build of torch where PyPI's is a CPU build,
+  pinned with its local version, from PyTorch's own index;
+- the same for another package (``[[build]]``): its build for the platform's CUDA where
+  PyPI's wheel is built for another CUDA major (sgl-kernel's cu130 build on a DGX Spark),
+  from its project's own index.
 """
 
 from __future__ import annotations
@@ -49,11 +52,17 @@ class Override:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class TorchBuild:
+    """A package's build from its own index (``[[torch]]``: torch's; ``[[build]]``: another's)."""
+
     platform: Platform
     stacks: tuple[str, ...]
     requirement: str  # torch==2.9.1+cu130
     index: str
     why: str
+
+    @property
+    def name(self) -> str:
+        return canonicalize_name(self.requirement.split("==", 1)[0])
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,6 +71,12 @@ class PlatformPins:
 
     overrides: tuple[Override, ...] = ()
     torch: TorchBuild | None = None
+    builds: tuple[TorchBuild, ...] = ()  # other packages' builds from their own index ([[build]])
+
+    @property
+    def indexed(self) -> tuple[TorchBuild, ...]:
+        """Every build from its own index: torch's first."""
+        return (*([self.torch] if self.torch else []), *self.builds)
 
 
 def _entry(raw: Any, where: str, path: pathlib.Path, fields: set[str]) -> dict[str, Any]:
@@ -84,7 +99,8 @@ def _entry(raw: Any, where: str, path: pathlib.Path, fields: set[str]) -> dict[s
 
 
 def read(locks_dir: pathlib.Path) -> tuple[list[Override], list[TorchBuild]]:
-    """Every entry of ``<locks_dir>/platforms.toml`` (none when it does not exist)."""
+    """Every entry of ``<locks_dir>/platforms.toml`` (none when it does not exist): the
+    overrides, and the builds from their own index (``[[torch]]`` first, then ``[[build]]``)."""
     path = locks_dir / FILENAME
     if not path.is_file():
         return [], []
@@ -95,9 +111,15 @@ def read(locks_dir: pathlib.Path) -> tuple[list[Override], list[TorchBuild]]:
     base = {"platform", "stacks", "requirement", "why"}
     overrides = [Override(**_entry(raw, f"[[override]] #{n}", path, base))
                  for n, raw in enumerate(data.get("override", []), start=1)]
-    torches = [TorchBuild(**_entry(raw, f"[[torch]] #{n}", path, base | {"index"}))
-               for n, raw in enumerate(data.get("torch", []), start=1)]
-    return overrides, torches
+    builds = []
+    for table in ("torch", "build"):
+        for n, raw in enumerate(data.get(table, []), start=1):
+            build = TorchBuild(**_entry(raw, f"[[{table}]] #{n}", path, base | {"index"}))
+            if (build.name == "torch") != (table == "torch"):
+                raise ConfigError(f"{path}: [[{table}]] #{n}: {build.requirement!r} belongs in "
+                                  f"[[{'torch' if build.name == 'torch' else 'build'}]]")
+            builds.append(build)
+    return overrides, builds
 
 
 def overrides_of(locks_dir: pathlib.Path, stack: str) -> list[Override]:
@@ -106,16 +128,18 @@ def overrides_of(locks_dir: pathlib.Path, stack: str) -> list[Override]:
 
 
 def torches_of(locks_dir: pathlib.Path, stack: str) -> list[TorchBuild]:
-    """The CUDA torch builds of ``stack`` on every platform."""
+    """The builds from their own index (torch's CUDA build, sgl-kernel's) of ``stack`` on
+    every platform."""
     return [b for b in read(locks_dir)[1] if stack in b.stacks]
 
 
 def platform_pins(locks_dir: pathlib.Path, stack: str, platform: Platform) -> PlatformPins:
-    overrides, torches = read(locks_dir)
-    torch = [t for t in torches if stack in t.stacks and t.platform == platform]
+    overrides, builds = read(locks_dir)
+    mine = [b for b in builds if stack in b.stacks and b.platform == platform]
+    torch = [b for b in mine if b.name == "torch"]
     return PlatformPins(
         overrides=tuple(o for o in overrides if stack in o.stacks and o.platform == platform),
-        torch=torch[0] if torch else None)
+        torch=torch[0] if torch else None, builds=tuple(b for b in mine if b.name != "torch"))
 
 
 def split_lines(pins: Sequence[LockedPin], overrides: Sequence[Override]) -> list[LockedPin]:

@@ -185,7 +185,8 @@ def overrides_file(stack: str, platform: str) -> str:
 def _publish_install_files(settings: Settings, built: Manifest, staging: pathlib.Path) -> list[str]:
     """Per stack with a lock, what one install command needs beside the lock and only the
     index URL (no checkout): its pins as a requirements file, and per platform the pins plus
-    the CUDA torch build and the overrides (patches/locks/platforms.toml)."""
+    the builds from their own index (torch's, sgl-kernel's) and the overrides
+    (patches/locks/platforms.toml)."""
     written = []
     for stack in built.stacks:
         name = stack.name
@@ -197,8 +198,8 @@ def _publish_install_files(settings: Settings, built: Manifest, staging: pathlib
             if target == LINUX_X86_64:
                 continue
             extra = platform_pins(settings.patches_dir / locks.LOCKS_DIR, name, target)
-            torch = [extra.torch.requirement] if extra.torch else []
-            files[pins_file(name, target.name)] = (f" on {target.name}", own + torch)
+            files[pins_file(name, target.name)] = (f" on {target.name}",
+                                                   own + [b.requirement for b in extra.indexed])
             files[overrides_file(name, target.name)] = (
                 f" on {target.name} (uv --override)", [o.requirement for o in extra.overrides])
         for path, (where, lines) in files.items():
