@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ...model.files import atomic_directory
+from ...model.files import atomic_directory, sha256_of
 from ...model.log import log, progress
 from . import worker
 from .targets import Arch, KernelsError
@@ -75,18 +75,10 @@ def _cached(entry: pathlib.Path, kind: str) -> Module | None:
         return None
     data = json.loads(record.read_text(encoding="utf-8"))
     library = entry / data["name"] / f"{data['name']}.so"
-    if not library.exists() or _sha256(library) != data["sha256"]:
+    if not library.exists() or sha256_of(library) != data["sha256"]:
         log(f"rebuild {kind}: the cached {library} does not match its record")
         return None
     return Module(kind=kind, name=data["name"], library=library, sha256=data["sha256"], seconds=None)
-
-
-def _sha256(path: pathlib.Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def run_worker(
