@@ -23,7 +23,6 @@ version imports torch once and forks a case per (tree, torch CUDA, nvcc).
 
 from __future__ import annotations
 
-import pathlib
 from typing import Any
 
 import pytest
@@ -31,6 +30,7 @@ import pytest
 from conftest import series_versions
 from harness.child import CaseReport, run_forked
 from harness.targets import ci_versions
+from harness.toolkits import fake_cuda_home
 
 PROJECT = "flashinfer-python"
 # Every JIT spec of a version under both toolkits is minutes of CPU: every version in
@@ -39,11 +39,6 @@ VERSIONS = ci_versions(series_versions(PROJECT))
 ARCHS = "9.0a 10.0a 12.0a"
 # (torch.version.cuda, nvcc --version): both mismatches.
 MISMATCHED = [("12.8", "13.0"), ("13.0", "12.8")]
-
-NVCC = """#!/bin/sh
-echo "nvcc: NVIDIA (R) Cuda compiler driver"
-echo "Cuda compilation tools, release {version}, V{version}.41"
-"""
 
 CHILD = r"""
 import os, re, sys
@@ -134,16 +129,6 @@ def case(request):
 """
 
 
-def _toolkit(root: pathlib.Path, version: str) -> pathlib.Path:
-    """A CUDA_HOME whose bin/nvcc says it is ``version``."""
-    home = root / f"cuda-{version}"
-    (home / "bin").mkdir(parents=True)
-    nvcc = home / "bin" / "nvcc"
-    nvcc.write_text(NVCC.format(version=version), encoding="utf-8")
-    nvcc.chmod(0o755)
-    return home
-
-
 @pytest.fixture(scope="module")
 def results(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     done: dict[str, dict[str, CaseReport]] = {}
@@ -151,7 +136,7 @@ def results(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     def get(version: str) -> dict[str, CaseReport]:
         if version not in done:
             root = tmp_path_factory.mktemp(f"cuda-version-{version}")
-            homes = {nvcc: _toolkit(root, nvcc) for _, nvcc in MISMATCHED}
+            homes = {nvcc: fake_cuda_home(root, nvcc) for _, nvcc in MISMATCHED}
             requests = {}
             for tree_name, patched in (("patched", True), ("pristine", False)):
                 tree = wheel_tree(PROJECT, version, patched=patched)

@@ -34,18 +34,13 @@ from fp4graph.model import series
 from fp4graph.model.stacks import load
 from harness.child import CaseReport, run_forked
 from harness.targets import full_matrix
+from harness.toolkits import fake_cuda_home
 
 PROJECT = "flashinfer-python"
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TORCH_CUDA = "13.0"
 TOOLKITS = ("none", "12.8", "13.0")
 GPUS = ("sm120", "sm121")
-
-NVCC = """#!/bin/sh
-echo call >> "$FP4GRAPH_NVCC_LOG"
-echo "nvcc: NVIDIA (R) Cuda compiler driver"
-echo "Cuda compilation tools, release {version}, V{version}.41"
-"""
 
 CHILD = r"""
 import io, logging, os, re, sys, types
@@ -121,16 +116,6 @@ def releases() -> list[str]:
     return sorted((v for v in found if Version("0.6.11") <= Version(v) < Version("0.7")), key=Version)
 
 
-def _toolkit(root: pathlib.Path, version: str) -> pathlib.Path:
-    home = root / f"cuda-{version}"
-    (home / "bin").mkdir(parents=True)
-    if version != "none":
-        nvcc = home / "bin" / "nvcc"
-        nvcc.write_text(NVCC.format(version=version), encoding="utf-8")
-        nvcc.chmod(0o755)
-    return home
-
-
 @pytest.fixture(scope="module")
 def results(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     done: dict[str, dict[str, CaseReport]] = {}
@@ -144,7 +129,7 @@ def results(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
                 for nvcc in TOOLKITS:
                     name = f"{gpu} nvcc={nvcc}"
                     requests[name] = {"tree": str(tree), "torch": TORCH_CUDA, "gpu": gpu,
-                                      "cuda_home": str(_toolkit(root / gpu, nvcc)),
+                                      "cuda_home": str(fake_cuda_home(root / gpu, nvcc)),
                                       "log": str(root / f"{gpu}-{nvcc}.log")}
             done[version] = run_forked(CHILD, requests)
         return done[version]
