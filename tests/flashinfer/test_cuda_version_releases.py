@@ -130,19 +130,22 @@ def releases() -> list[str]:
 def results(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     done: dict[str, dict[str, CaseReport]] = {}
 
-    def get(version: str, *, patched: bool = False, toolkits: tuple[str, ...] = TOOLKITS,
+    def get(version: str, *, trees: tuple[str, ...] = ("pristine",), toolkits: tuple[str, ...] = TOOLKITS,
             trace: bool = True) -> dict[str, CaseReport]:
-        key = f"{version} patched={patched} nvcc={','.join(toolkits)} trace={trace}"
+        """Reports named "<tree> <gpu> nvcc=<toolkit>": one child, a fork per case (each
+        fork imports the tree it is given)."""
+        key = f"{version} {','.join(trees)} nvcc={','.join(toolkits)} trace={trace}"
         if key not in done:
-            root = tmp_path_factory.mktemp(f"cuda-lookup-{version}-{'patched' if patched else 'pristine'}")
-            tree = wheel_tree(PROJECT, version, patched=patched)
+            root = tmp_path_factory.mktemp(f"cuda-lookup-{version}")
             requests = {}
-            for gpu in GPUS:
-                for nvcc in toolkits:
-                    name = f"{gpu} nvcc={nvcc}"
-                    requests[name] = {"tree": str(tree), "torch": TORCH_CUDA, "gpu": gpu,
-                                      "cuda_home": str(fake_cuda_home(root / gpu, nvcc)),
-                                      "log": str(root / f"{gpu}-{nvcc}.log"), "trace": trace}
+            for kind in trees:
+                tree = wheel_tree(PROJECT, version, patched=kind == "patched")
+                for gpu in GPUS:
+                    for nvcc in toolkits:
+                        name = f"{kind} {gpu} nvcc={nvcc}"
+                        requests[name] = {"tree": str(tree), "torch": TORCH_CUDA, "gpu": gpu,
+                                          "cuda_home": str(fake_cuda_home(root / kind / gpu, nvcc)),
+                                          "log": str(root / f"{kind}-{gpu}-{nvcc}.log"), "trace": trace}
             done[key] = run_forked(CHILD, requests)
         return done[key]
 
@@ -159,7 +162,7 @@ def test_pristine_lookups(results: Any, version: str) -> None:
     for name, report in cases.items():
         assert report.crash is None, report.describe()
         assert report["version"] == version, report.describe()
-        gpu, nvcc = name.split(" nvcc=")
+        gpu, nvcc = name.removeprefix("pristine ").split(" nvcc=")
         # nvcc runs at import on SM12x (CompilationContext), answered or fallen back.
         assert report["nvcc_at_import"] == (0 if nvcc == "none" else 1), report.describe()
         seen = TORCH_CUDA if nvcc == "none" else nvcc
@@ -194,10 +197,9 @@ def test_nvcc_12_8_beside_torch_cu130(results: Any, version: str) -> None:
     misleading "requires GPUs with sm75 or higher"; patched, import runs no nvcc, SM120
     builds fp4_quantize for compute_120a (what nvcc 12.8 has), and SM121, which nvcc 12.8
     cannot target, says so and names the empty target list."""
-    pristine = results(version, toolkits=("12.8",), trace=False)
-    patched = results(version, patched=True, toolkits=("12.8",), trace=False)
-    for name in pristine:
-        before, after = pristine[name], patched[name]
+    cases = results(version, trees=("pristine", "patched"), toolkits=("12.8",), trace=False)
+    for gpu in GPUS:
+        before, after = cases[f"pristine {gpu} nvcc=12.8"], cases[f"patched {gpu} nvcc=12.8"]
         for report in (before, after):
             assert report.crash is None, report.describe()
             assert report["version"].split("+")[0] == version, report.describe()
@@ -206,7 +208,7 @@ def test_nvcc_12_8_beside_torch_cu130(results: Any, version: str) -> None:
         assert before["archs"] == [], before.describe()
         assert before["fp4_module"] == "RuntimeError: FlashInfer requires GPUs with sm75 or higher", before.describe()
         assert after["nvcc_at_import"] == 0, after.describe()
-        if name.startswith("sm120"):
+        if gpu == "sm120":
             assert after["archs"] == ["12.0a"], after.describe()
             assert after["fp4_module"] == ["fp4_quantization_120", ["compute_120a"]], after.describe()
         else:
