@@ -238,8 +238,7 @@ def _release_tree_lines(pr: PullRequest, tree: str) -> list[str]:
     if check is None or not check.ok:
         return []
     release = check.release.split(" ", 1)[-1]
-    how = (f"re-cut for {release}'s code (what that release already has is left out)"
-           if check.recut else "this same commit")
+    how = f"as re-cut for {release}'s code" if check.recut else "this same commit"
     return ["", f"Also checked on the {release} release tree ({tree}), {how}: "
             + "; ".join(f"`{t.command}` fails without the change ({_counts(b)}) and passes with it ({_counts(t)})"
                         for t, b in zip(check.tests, check.without_change, strict=False)) + "."]

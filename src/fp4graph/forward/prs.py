@@ -8,7 +8,9 @@ carried (``prbranches.carry``) and one branch is built per pull request
 ``Depends-On:``), its commits by the user's git identity; then, per pull request and on its
 own branch, upstream's pre-commit hooks over its files and the test files it adds or
 changes, twice: on the branch, and on the commit below it with only those files taken over
-(a test that passes there too shows no fix).  ``prreport`` writes, under ``out``:
+(a test that passes there too shows no fix).  With ``release_tree``, each pull request of a
+series is also applied to that release's sdist tree and its tests run there with and
+without it (``releasetree``).  ``prreport`` writes, under ``out``:
 
     <out>/repo/                         the repository, one branch per pull request
     <out>/prs/<NN>-<topic>/PR.md        the body, on upstream's template
