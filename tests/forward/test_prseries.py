@@ -440,6 +440,19 @@ def test_a_recut_is_judged_like_its_pull_request(checkout: Settings, world: dict
     assert releasetree.judge([run("failed")], [run("failed")])[0] == "fails-with"
     assert releasetree.judge([run("skipped")], [run("failed")])[0] == "not-run"
     assert releasetree.judge([], [])[0] == "no-test"
+    # a passing re-cut's body line says it ran as the re-cut
+    from fp4graph.forward import prbranches
+    from fp4graph.model.series import Patch
+
+    patch = Patch.parse("From 0 Mon Sep 17 00:00:00 2001\nFrom: a <a@b>\nSubject: [PATCH] x\n\nWhy.\n"
+                        "\nTopic: t\n---\ndiff --git a/f b/f\n", pathlib.Path("0001-t.patch"))
+    check = prreport.ReleaseTreeCheck(release=f"{FI} {RELEASE}", recut=True, status="passed", detail="",
+                                      tests=(run("passed"),), without_change=(run("failed"),))
+    pr = prreport.PullRequest(branch=prbranches.Branch(patch=patch, name="fix/t", needs=(), status="built",
+                                                       detail=""), tests=(run("passed"),), release_tree=check)
+    assert prreport._release_tree_lines(pr, "T")[-1] == (
+        f"Also checked on the {RELEASE} release tree (T), as re-cut for {RELEASE}'s code: `pytest tests/t.py` "
+        "fails without the change (failed) and passes with it (passed).")
     recuts = pathlib.Path(str(world["directory"])) / pullrequests.RECUTS.format(version=RELEASE)
     recuts.mkdir()
     (recuts / "0009-x.patch").write_text("x")
