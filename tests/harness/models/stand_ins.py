@@ -460,6 +460,30 @@ def install_tvm_ffi_compiler() -> None:
 
     cpp.load_inline = load
     cpp.load = load
+    install_sglang_jit_loader()
+
+
+def install_sglang_jit_loader() -> None:
+    """sglang 0.5.18+ compile their JIT kernels with their own loader
+    (``kernels/jit/utils/compile/loader.py`` ``load_jit``: ninja + nvcc in
+    ``compile/ninja.py`` ``build``, then ``tvm_ffi.load_module`` in ``loader._load``):
+    the build records the module name and leaves an empty library, the load returns a
+    module of no-op kernels.  The loader's own cache logic runs (in the case's
+    ``SGLANG_JIT_CACHE_DIR``)."""
+    try:
+        from sglang.kernels.jit.utils.compile import loader, ninja
+    except ImportError:
+        return
+
+    def build(*, spec: Any, build_dir: Any, build_file: str) -> Any:
+        JIT_BUILT.append(spec.module_name)
+        build_dir.mkdir(parents=True, exist_ok=True)
+        library = build_dir / f"{spec.module_name}.so"
+        library.write_bytes(b"")
+        return library
+
+    ninja.build = build
+    loader._load = lambda library: NoKernel(library.stem)
 
 
 TRITON_LAUNCHES: list[str] = []
@@ -756,6 +780,30 @@ def _index_ops(self: torch.Tensor, idx: Any) -> tuple[torch.Tensor, list[Any] | 
     if not any(isinstance(a, torch.Tensor) for a in advanced):
         return x, None
     return x, advanced
+
+
+def install_cuda_visible_to_traced_code() -> None:
+    """``torch.cuda.is_available()`` as the model code Dynamo traces sees it: True, as on the
+    server's GPU.  The simulated GPU is hidden while Dynamo compiles
+    (``fp4graph.verify.simulate.compiling``: Dynamo saves the CUDA RNG state when CUDA is
+    available), and Dynamo folds user code's call to a constant by calling it
+    (``torch/_dynamo/variables/torch.py``, ``constant_fold_functions``), ignoring the
+    ``lru_cache`` of sglang's ``is_cuda()`` (``srt/utils/common.py``), so traced sglang code
+    took its non-CUDA branches: 0.5.16+ route NSA prefill to the indexer's split op only
+    where ``is_cuda()`` (``layers/attention/dsa/utils.py:103``).  Dynamo's own RNG
+    bookkeeping still sees the GPU hidden."""
+    from torch._dynamo.variables import torch as dynamo_torch
+
+    hidden = torch.cuda.is_available
+    folding = dynamo_torch.__file__
+
+    def is_available() -> bool:
+        if sys._getframe(1).f_code.co_filename == folding:
+            return True
+        return hidden()
+
+    dynamo_torch.constant_fold_functions[is_available] = None
+    torch.cuda.is_available = is_available
 
 
 def install_fake_cuda_indexing() -> None:
