@@ -206,14 +206,16 @@ _DSA_0515 = Outcome(
                 "(model_executor/runner/prefill_cuda_graph_runner.py:715) is a fake in the harness",
 )
 
-# 0.5.17: GLM-5's attention split op body, run eagerly between pieces (stand-in 8), meets a
-# tensor that is not a fake in the DSA backend's k-cache store (a CPU torch refuses its
-# CUDA op); DeepSeek-V3.2 passes the same path.
+# 0.5.17 / 0.5.18: GLM-5 captures (22 graphs, 0 breaks) and stops in the replay of a
+# padded prefill batch: FlashInfer's SM120 sparse MLA (0.6.15.post1 / 0.6.17 mla/_core.py,
+# from sglang's flash_mla_sm120.py) gets the batch's 11 seq_lens for 12 padded query tokens.
+# Not yet told apart from the harness's replay batch (batch_forwards.replay): held as a gap.
+# DeepSeek-V3.2 passes the same path on 0.5.17.
 _GLM5_0517 = Outcome(
-    error="PyTorch is not linked with support for cuda devices",
-    where='kernels/ops/attention/dsa/quant_k_cache.py", line 210',
-    harness_gap="the split op body's k-cache store (layers/attention/dsa_backend.py:1927) meets a "
-                "non-fake CUDA tensor in the harness",
+    error="seq_lens for SM120 sparse MLA v32/GLM must be shaped either",
+    where='flashinfer/mla/_core.py", line',
+    harness_gap="the harness's padded replay batch (batch_forwards.replay) gives FlashInfer's SM120 "
+                "sparse MLA 11 seq_lens for 12 query tokens; not yet checked against the server's",
 )
 
 # 0.5.18: DeepSeek-V3.2's attention split op body reaches FlashInfer 0.6.17's trtllm MLA

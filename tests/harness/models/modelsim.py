@@ -43,8 +43,8 @@ Stand-ins, and only these (tests/harness/models/stand_ins.py):
 2. the CUDA runtime: streams, events, ``torch.cuda.graph`` / ``CUDAGraph`` (the
    captured body runs once on fake tensors), synchronize, memory queries, the
    device RNG state Dynamo saves; ``torch.tensor(..., device="cuda")``, Python
-   indexing, ``Tensor.copy_`` and ``~`` of fake CUDA tensors as the aten ops they
-   are (a CPU build refuses their CUDA device guards); ``Tensor.cuda()`` is the
+   indexing, ``Tensor.copy_``, ``Tensor.contiguous`` and ``~`` of fake CUDA tensors as
+   the aten ops they are (a CPU build refuses their CUDA device guards); ``Tensor.cuda()`` is the
    identity while the model is built on the host;
 3. the compiled libraries of the pinned sgl-kernel wheel: ``common_ops``, FA3's
    ``flash_ops``, FlashMLA's ``flashmla_ops`` and DeepGEMM's ``deep_gemm_cpp``: the

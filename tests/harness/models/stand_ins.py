@@ -807,11 +807,18 @@ def install_cuda_visible_to_traced_code() -> None:
 
 
 def install_fake_cuda_indexing() -> None:
-    """Python indexing, ``Tensor.copy_`` and ``~`` of a fake CUDA tensor go through C++
-    CUDA device guards a CPU build of torch refuses; the same aten ops go through
-    FakeTensorMode."""
+    """Python indexing, ``Tensor.copy_``, ``Tensor.contiguous`` and ``~`` of a fake CUDA
+    tensor go through C++ CUDA device guards a CPU build of torch refuses; the same aten
+    ops go through FakeTensorMode."""
     getitem, setitem, copy = torch.Tensor.__getitem__, torch.Tensor.__setitem__, torch.Tensor.copy_
-    invert = torch.Tensor.__invert__
+    invert, contiguous = torch.Tensor.__invert__, torch.Tensor.contiguous
+
+    def contiguous_(self: torch.Tensor, memory_format: torch.memory_format = torch.contiguous_format) -> torch.Tensor:
+        # THPVariable_contiguous: a device guard when a copy is needed (the split op body's
+        # k-cache store, sglang 0.5.17+ quant_k_cache.py, on GLM-5's strided k_rope).
+        if _is_fake_cuda(self):
+            return torch.ops.aten.contiguous.default(self, memory_format=memory_format)
+        return contiguous(self, memory_format=memory_format)
 
     def invert_(self: torch.Tensor) -> torch.Tensor:
         # THPVariable_invert: a device guard, then bitwise_not.
@@ -847,6 +854,7 @@ def install_fake_cuda_indexing() -> None:
     torch.Tensor.__setitem__ = setitem_  # type: ignore[method-assign]
     torch.Tensor.copy_ = copy_  # type: ignore[method-assign]
     torch.Tensor.__invert__ = invert_  # type: ignore[method-assign]
+    torch.Tensor.contiguous = contiguous_  # type: ignore[method-assign]
 
 
 def install_cuda_runtime(total_memory: int) -> None:
