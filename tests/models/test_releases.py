@@ -152,7 +152,7 @@ def test_row_pins_are_the_wheels(wheel_tree: Any, target: simulation.SglangStack
 @pytest.mark.parametrize(("target", "case"), PARAMS)
 def test_pristine_release(request: pytest.FixtureRequest, wheel_tree: Any, target: simulation.SglangStack,
                           case: Case) -> None:
-    outcome = expected.pristine_release(target.sglang).families[case.family]
+    outcome = expected.pristine_release(target.sglang).families[case.family].on(case.gpu)
     report = report_of(request, wheel_tree, target, case)
     assert report["stage"] != "build", describe(report)
     # The release's own decision, with the family's row as a user starts it (no enforce flag).

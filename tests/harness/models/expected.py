@@ -130,10 +130,16 @@ class Outcome:
     # of the release code it meets): the family is not measured there; the row holds the
     # gap to its error until the harness follows.
     harness_gap: str = ""
+    # What the family does on the simulated SM121 (GB10) where it differs from SM120.
+    sm121: Outcome | None = None
 
     @property
     def works(self) -> bool:
         return not self.error and not self.piecewise_off and not self.harness_gap
+
+    def on(self, gpu: str) -> Outcome:
+        """The outcome on ``gpu`` (``sm120`` / ``sm121``)."""
+        return self.sm121 if gpu == "sm121" and self.sm121 is not None else self
 
 
 WORKS = Outcome()
@@ -195,27 +201,32 @@ _ALL_WORK = {
 _BREAKABLE = ("`breakable` (BreakableCudaGraphBackend, no torch.compile), on by default; `tc_piecewise` "
               "opt-in (`--cuda-graph-backend-prefill tc_piecewise`)")
 _MLA = ("deepseek-v3", "deepseek-v3-no-fusion", "glm5", "deepseek-v3.2")
-# 0.5.15 (jit_kernel/dsa) and its .post1: GLM-5 / DeepSeek-V3.2 stop in the harness, not in
-# the release: the dummy prefill batch's host tensor extend_prefix_lens_cpu
-# (prefill_cuda_graph_runner.py:715, torch.zeros on the CPU) is a fake under the case's
-# FakeTensorMode, and the DSA backend reads it (dsa_backend.py:886); 0.5.16 builds a list.
-_DSA_0515 = Outcome(
-    error="Could not extract specialized integer from data-dependent expression",
-    where='srt/layers/attention/dsa_backend.py", line 886',
-    harness_gap="the dummy prefill batch's CPU tensor extend_prefix_lens_cpu "
-                "(model_executor/runner/prefill_cuda_graph_runner.py:715) is a fake in the harness",
+# 0.5.17 / 0.5.18: GLM-5 (tc_piecewise selected) captures (22 graphs, 0 breaks) and breaks
+# in the first replay of a batch that is not a capture size: load_batch builds the attention
+# metadata from the unpadded batch (prefill_cuda_graph_runner.py:1600, 0.5.18 :1646, "TC_PIECEWISE use the
+# eager init_forward_metadata path"), the graphs replay at the padded size, and the attention
+# split op body, run eagerly, hands FlashInfer's SM120 sparse MLA (GLM-5's FP8 KV cache path,
+# dsa_backend.py:2131 / :2133 -> kernels/ops/attention/flash_mla_sm120.py:622) 11 seq_lens
+# for 12 query tokens: FlashInfer (0.6.15.post1 mla/_core.py:521, 0.6.17 :533) refuses them.
+# DeepSeek-V3.2 takes flashmla_sparse there (a stand-in kernel, no shape check).
+# On the simulated SM121 the same kernel stops at its first (capture) call: the simulation
+# answers a CUDA 12.8 torch (fp4graph.verify.simulate.SimulatedGpu.cuda_version) and
+# FlashInfer's SM120 sparse MLA takes SM121a only from CUDA 13.0 (0.6.15.post1 / 0.6.17
+# mla/_core.py): which CUDA a GB10 user's torch has is not settled here (held as a gap).
+_GLM5_0517_SM121 = Outcome(
+    error="SM120 sparse MLA requires SM120a (CUDA >= 12.8) or SM121a (CUDA >= 13.0)",
+    where='srt/layers/attention/dsa_backend.py", line 2131',
+    harness_gap="the simulated SM121 answers a CUDA 12.8 torch; FlashInfer's SM120 sparse MLA "
+                "(mla/_core.py) wants CUDA 13.0 for SM121a",
 )
-
-# 0.5.17 / 0.5.18: GLM-5 captures (22 graphs, 0 breaks) and stops in the replay of a
-# padded prefill batch: FlashInfer's SM120 sparse MLA (0.6.15.post1 / 0.6.17 mla/_core.py,
-# from sglang's flash_mla_sm120.py) gets the batch's 11 seq_lens for 12 padded query tokens.
-# Not yet told apart from the harness's replay batch (batch_forwards.replay): held as a gap.
-# DeepSeek-V3.2 passes the same path on 0.5.17.
 _GLM5_0517 = Outcome(
     error="seq_lens for SM120 sparse MLA v32/GLM must be shaped either",
-    where='flashinfer/mla/_core.py", line',
-    harness_gap="the harness's padded replay batch (batch_forwards.replay) gives FlashInfer's SM120 "
-                "sparse MLA 11 seq_lens for 12 query tokens; not yet checked against the server's",
+    where='srt/layers/attention/dsa_backend.py", line 2131',
+    sm121=_GLM5_0517_SM121,
+)
+_GLM5_0518 = dataclasses.replace(
+    _GLM5_0517, where='srt/layers/attention/dsa_backend.py", line 2133',
+    sm121=dataclasses.replace(_GLM5_0517_SM121, where='srt/layers/attention/dsa_backend.py", line 2133'),
 )
 
 # 0.5.18: DeepSeek-V3.2's attention split op body reaches FlashInfer 0.6.17's trtllm MLA
@@ -284,13 +295,13 @@ PRISTINE_RELEASES: dict[str, PristineRelease] = {
     "0.5.15": PristineRelease(
         flashinfer="0.6.12", torch="2.11.0", transformers="5.12.1",
         default_prefill=_BREAKABLE,
-        families={**_ALL_WORK, **_mla_off("server_args.py:3352", _DSA_0515)},
+        families={**_ALL_WORK, **_mla_off("server_args.py:3352")},
     ),
     # 0.5.15.post1: the same pins, the same server_args.py.
     "0.5.15.post1": PristineRelease(
         flashinfer="0.6.12", torch="2.11.0", transformers="5.12.1",
         default_prefill=_BREAKABLE,
-        families={**_ALL_WORK, **_mla_off("server_args.py:3352", _DSA_0515)},
+        families={**_ALL_WORK, **_mla_off("server_args.py:3352")},
     ),
     "0.5.16": PristineRelease(
         flashinfer="0.6.14", torch="2.11.0", transformers="5.12.1",
@@ -308,7 +319,7 @@ PRISTINE_RELEASES: dict[str, PristineRelease] = {
     "0.5.18": PristineRelease(
         flashinfer="0.6.17", torch="2.13.0", transformers="5.12.1",
         default_prefill=_BREAKABLE,
-        families={**_ALL_WORK, "glm5": _GLM5_0517, "deepseek-v3.2": _V32_0518},
+        families={**_ALL_WORK, "glm5": _GLM5_0518, "deepseek-v3.2": _V32_0518},
     ),
 }
 

@@ -21,9 +21,47 @@ def fake_mode() -> Any:
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     if "fake" not in _FAKE:
-        _FAKE["fake"] = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv(allow_scalar_outputs=True))
+        _FAKE["fake"] = _host_real(FakeTensorMode)(allow_non_fake_inputs=True,
+                                                   shape_env=ShapeEnv(allow_scalar_outputs=True))
         _ignore_fake_mode_logging()
     return _FAKE["fake"]
+
+
+def _host_real(base: type) -> type:
+    """The case's FakeTensorMode class: an op whose tensors are all real host tensors runs
+    for real (a GPU server computes on its host tensors; the base mode would turn them into
+    fakes, and a host read of one, e.g. sglang 0.5.15's ``any(extend_prefix_lens_cpu)``,
+    would be an unbacked symbol).  Higher-order ops find their rule by the mode's class:
+    the subclass gets the base's rules, now and for each one defined later."""
+    import torch
+    from torch._ops import HigherOrderOperator
+    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+    from torch.utils import _pytree
+
+    def all_host(args: Any, kwargs: dict[str, Any]) -> bool:
+        leaves = _pytree.arg_tree_leaves(*args, **kwargs)
+        tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
+        devices = [t for t in leaves if isinstance(t, torch.device)]
+        return (bool(tensors) and all(type(t) is torch.Tensor and t.device.type == "cpu" for t in tensors)
+                and all(d.type == "cpu" for d in devices) and not any(isinstance(t, FakeTensor) for t in tensors))
+
+    class HostRealFakeTensorMode(base):  # type: ignore[misc,valid-type]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            if all_host(args, kwargs):
+                with unset_fake_temporarily():
+                    return func(*args, **kwargs)
+            return super().__torch_dispatch__(func, types, args, kwargs)
+
+    real_dispatch = HigherOrderOperator.dispatch
+
+    def dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if base in self.python_key_table and HostRealFakeTensorMode not in self.python_key_table:
+            self.python_key_table[HostRealFakeTensorMode] = self.python_key_table[base]
+        return real_dispatch(self, *args, **kwargs)
+
+    HigherOrderOperator.dispatch = dispatch  # type: ignore[method-assign]
+    return HostRealFakeTensorMode
 
 
 def _ignore_fake_mode_logging() -> None:
@@ -70,6 +108,31 @@ def device_tensors_fake() -> Iterator[None]:
             return func(*args, **kwargs)
 
     with DeviceTensorsFake():
+        yield
+
+
+@contextlib.contextmanager
+def host_tensors_real() -> Iterator[None]:
+    """Inside the case's FakeTensorMode, tensors made for the host (a factory or
+    ``torch.tensor`` called with ``device="cpu"``) are real host tensors, as on a GPU
+    server (sglang 0.5.15's dummy prefill batch, ``extend_prefix_lens_cpu``)."""
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.overrides import TorchFunctionMode
+
+    factories = {getattr(torch, name) for name in _FACTORIES} | {torch.tensor, torch._C._VariableFunctions.tensor}
+
+    class HostTensorsReal(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
+            kwargs = kwargs or {}
+            device = kwargs.get("device")
+            if func in factories and device is not None and torch.device(device).type == "cpu":
+                with unset_fake_temporarily():
+                    return func(*args, **kwargs)
+            return func(*args, **kwargs)
+
+    with HostTensorsReal():
         yield
 
 

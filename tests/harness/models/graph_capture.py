@@ -15,7 +15,7 @@ from harness.models.batch_forwards import (
     speculative_prefill,
 )
 from harness.models.case_errors import error_report
-from harness.models.fake_device import fake_mode
+from harness.models.fake_device import fake_mode, host_tensors_real
 from harness.models.model_build import Built
 
 # The fp4 ops the series route SM120 calls through, and sglang's fp4 GEMM op.
@@ -80,6 +80,7 @@ def init_cuda_graphs(runner: Any, decode: bool) -> dict[str, Any]:
     else:  # model_runner_components/cuda_graph_setup.py:83 (0.5.16), :99 (0.5.18)
         runner.graph_shared_output = GraphSharedOutput.create_for_model_runner(runner)
     runner.eager_runner = EagerRunner(runner)
+    _host_tensors_real_in_dummy_batch()
     with simulate.compiling():
         runner.init_prefill_cuda_graph()
     pcg = prefill_graph_runner(runner)
@@ -90,6 +91,23 @@ def init_cuda_graphs(runner: Any, decode: bool) -> dict[str, Any]:
         runner.init_decode_cuda_graph()
         out["decode_graph_runner"] = type(runner.decode_cuda_graph_runner).__name__
     return out
+
+
+def _host_tensors_real_in_dummy_batch() -> None:
+    """The prefill runner's dummy batch (``capture_prepare``, run eagerly) makes its host
+    tensors as real ones (:func:`fake_device.host_tensors_real`), as on a GPU server."""
+    from sglang.srt.model_executor.runner.prefill_cuda_graph_runner import PrefillCudaGraphRunner
+
+    real = PrefillCudaGraphRunner.capture_prepare
+    if getattr(real, "_host_tensors_real", False):
+        return
+
+    def capture_prepare(self: Any, num_tokens: int) -> Any:
+        with host_tensors_real():
+            return real(self, num_tokens)
+
+    capture_prepare._host_tensors_real = True  # type: ignore[attr-defined]
+    PrefillCudaGraphRunner.capture_prepare = capture_prepare
 
 
 def capture(built: Built) -> dict[str, Any]:

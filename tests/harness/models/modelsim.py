@@ -81,6 +81,9 @@ Stand-ins, and only these (tests/harness/models/stand_ins.py):
    warm-up counted as done, so the eager runner does not run FlashInfer's autotuner);
 8. device memory has no data: every device tensor is a fake (FakeTensorMode with a
    ShapeEnv), so a host read of a device value (``.item()``) is an unbacked symbol;
+   host tensors stay real in that mode: an op whose tensors are all real host tensors
+   runs for real, and the prefill runner's dummy batch (``capture_prepare``) makes its
+   ``device="cpu"`` tensors real (:func:`fake_device.host_tensors_real`), as on a GPU server;
    Dynamo ignores that mode's own logger (torch 2.9 inlines the mode and would break
    the graph at its ``log.debug``: :func:`fake_device._ignore_fake_mode_logging`);
    a split op or one of sglang's collective ops (``outplace_all_reduce`` & co.) called
