@@ -77,8 +77,21 @@ class SglKernelError(RuntimeError):
     pass
 
 
-def record_path(project: str, version: str) -> pathlib.Path:
-    return DATA / f"{project.replace('_', '-')}-{version}.json"
+def record_path(project: str, version: str, companions: Sequence[str] = ()) -> pathlib.Path:
+    """The record of ``project==version`` with ``companions`` (``project==version`` each):
+    ``<project>-<version>.json``, the first generated; where that one carries other companions
+    (releases sharing an sgl-kernel with another sgl-deep-gemm: sglang 0.5.14 / 0.5.15),
+    ``<project>-<version>+<companion>-<version>.json``."""
+    base = DATA / f"{project.replace('_', '-')}-{version}.json"
+    if not companions or not base.is_file() or _companions_of(base) == sorted(companions):
+        return base
+    keyed = "+".join(sorted(c.replace("==", "-") for c in companions))
+    return DATA / f"{base.stem}+{keyed}.json"
+
+
+def _companions_of(path: pathlib.Path) -> list[str]:
+    record = json.loads(path.read_text())
+    return sorted(f"{c['project']}=={c['version']}" for c in record.get("companions", []))
 
 
 def kernel_requirement(sglang_tree: pathlib.Path) -> tuple[str, str]:
@@ -103,23 +116,24 @@ def companion_requirements(sglang_tree: pathlib.Path) -> list[str]:
 
 def check_companions(project: str, version: str, sglang_tree: pathlib.Path) -> None:
     """The record of ``project==version`` carries exactly the companions sglang pins."""
-    record = load_record(project, version)
-    have = sorted(f"{c['project']}=={c['version']}" for c in record.get("companions", []))
     wanted = sorted(companion_requirements(sglang_tree))
+    path = record_path(project, version, wanted)
+    record = load_record(project, version, wanted)
+    have = sorted(f"{c['project']}=={c['version']}" for c in record.get("companions", []))
     if have != wanted:
         raise SglKernelError(
-            f"{record_path(project, version).relative_to(REPO)} carries {have or 'no companions'}, "
+            f"{path.relative_to(REPO)} carries {have or 'no companions'}, "
             f"the sglang of {sglang_tree.name} pins {wanted}: regenerate it with "
             f"`{GENERATE} {project}=={version}" + "".join(f" --with {c}" for c in wanted) + "`"
         )
 
 
-def load_record(project: str, version: str) -> dict[str, Any]:
-    path = record_path(project, version)
+def load_record(project: str, version: str, companions: Sequence[str] = ()) -> dict[str, Any]:
+    path = record_path(project, version, companions)
     if not path.is_file():
         raise SglKernelError(
             f"{path.relative_to(REPO)} does not exist: sglang pins {project}=={version}; "
-            f"generate it with `{GENERATE} {project}=={version}`"
+            f"generate it with `{GENERATE} {project}=={version}" + "".join(f" --with {c}" for c in companions) + "`"
         )
     record: dict[str, Any] = json.loads(path.read_text())
     return record
@@ -246,7 +260,7 @@ def generate(requirement: str, cache: pathlib.Path, companions: Sequence[str] = 
     if companions:
         record["companions"] = [_companion(c, cache) for c in companions]
         record["generated_by"] += "".join(f" --with {c}" for c in companions)
-    out = record_path(project, version)
+    out = record_path(project, version, companions)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
     return out
@@ -313,10 +327,10 @@ def _extract_python(wheel: dict[str, Any], tmp: pathlib.Path, cache: pathlib.Pat
         target.write_bytes(data)
 
 
-def python_tree(project: str, version: str, cache: pathlib.Path) -> pathlib.Path:
+def python_tree(project: str, version: str, cache: pathlib.Path, companions: Sequence[str] = ()) -> pathlib.Path:
     """A directory holding the pinned wheel's ``sgl_kernel`` and ``deep_gemm`` Python
     files (no libraries)."""
-    record = load_record(project, version)
+    record = load_record(project, version, companions)
     wheels = [record, *record.get("companions", [])]
     files = hashlib.sha256(json.dumps([w["python"] for w in wheels], sort_keys=True).encode()).hexdigest()
     if "companions" not in record:  # the key trees had before companions existed
@@ -326,7 +340,7 @@ def python_tree(project: str, version: str, cache: pathlib.Path) -> pathlib.Path
         return root
     tmp = pathlib.Path(tempfile.mkdtemp(dir=cache, prefix="sgl-kernel-python-"))
     for wheel in wheels:
-        _extract_python(wheel, tmp, cache, record_path(project, version).name)
+        _extract_python(wheel, tmp, cache, record_path(project, version, companions).name)
     (tmp / ".complete").write_text(record["wheel"]["sha256"] + "\n")
     root.parent.mkdir(parents=True, exist_ok=True)
     try:

@@ -131,11 +131,12 @@ def trees(
     )
     project, version = sgl_kernel_ops.kernel_requirement(sglang)
     sgl_kernel_ops.check_companions(project, version, sglang)
+    companions = sgl_kernel_ops.companion_requirements(sglang)
     cache = config.default_cache_dir()
-    kernel = sgl_kernel_ops.python_tree(project, version, cache)
+    kernel = sgl_kernel_ops.python_tree(project, version, cache, companions)
     models = [by_architecture(c["family"]["architecture"]) for c in cases]
     pins = pinned_python.path_for(sglang, cache, [f for f in models if f is not None])
-    return [*pins, sglang, flashinfer, kernel, *CHILD_PATH], sgl_kernel_ops.record_path(project, version)
+    return [*pins, sglang, flashinfer, kernel, *CHILD_PATH], sgl_kernel_ops.record_path(project, version, companions)
 
 
 def case(

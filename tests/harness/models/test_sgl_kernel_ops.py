@@ -47,11 +47,12 @@ def test_each_committed_record_is_named_for_its_wheel_and_says_how_to_regenerate
     assert records
     for path in records:
         record = json.loads(path.read_text())
-        assert sgl_kernel_ops.record_path(record["project"], record["version"]) == path
-        companions = "".join(f" --with {c['project']}=={c['version']}" for c in record.get("companions", []))
+        pins = [f"{c['project']}=={c['version']}" for c in record.get("companions", [])]
+        assert sgl_kernel_ops.record_path(record["project"], record["version"], pins) == path
+        companions = "".join(f" --with {c}" for c in pins)
         assert record["generated_by"] == (
             f"{sgl_kernel_ops.GENERATE} {record['project']}=={record['version']}{companions}")
-        assert sgl_kernel_ops.load_record(record["project"], record["version"]) == record
+        assert sgl_kernel_ops.load_record(record["project"], record["version"], pins) == record
 
 
 def test_a_record_without_the_companion_sglang_pins_says_how_to_regenerate_it(tmp_path: pathlib.Path) -> None:
@@ -59,6 +60,21 @@ def test_a_record_without_the_companion_sglang_pins_says_how_to_regenerate_it(tm
     tree = _tree(tmp_path, "Requires-Dist: sglang-kernel==0.4.2\nRequires-Dist: sgl-deep-gemm==0.1.0\n")
     assert sgl_kernel_ops.companion_requirements(tree) == ["sgl-deep-gemm==0.1.0"]
     with pytest.raises(sgl_kernel_ops.SglKernelError,
-                       match=r"sglang-kernel-0\.4\.2\.json carries no companions.*--with sgl-deep-gemm==0\.1\.0`"):
+                       match=r"sglang-kernel-0\.4\.2\+sgl-deep-gemm-0\.1\.0\.json does not exist.*"
+                             r"--with sgl-deep-gemm==0\.1\.0`"):
         sgl_kernel_ops.check_companions("sglang-kernel", "0.4.2", tree)
     sgl_kernel_ops.check_companions("sglang-kernel", "0.4.2.post2", tree)
+
+
+def test_a_release_sharing_the_kernel_with_another_companion_gets_its_own_record(tmp_path: pathlib.Path) -> None:
+    """sglang 0.5.14 and 0.5.15 pin sglang-kernel 0.4.4 with sgl-deep-gemm 0.1.3 and 0.1.4: the
+    record is keyed by the companion too, and the missing one is named with its command."""
+    base = sgl_kernel_ops.record_path("sglang-kernel", "0.4.4", ["sgl-deep-gemm==0.1.3"])
+    assert base.name == "sglang-kernel-0.4.4.json"
+    other = sgl_kernel_ops.record_path("sglang-kernel", "0.4.4", ["sgl-deep-gemm==0.0.1"])
+    assert other.name == "sglang-kernel-0.4.4+sgl-deep-gemm-0.0.1.json"
+    tree = _tree(tmp_path, "Requires-Dist: sglang-kernel==0.4.4\nRequires-Dist: sgl-deep-gemm==0.0.1\n")
+    with pytest.raises(sgl_kernel_ops.SglKernelError,
+                       match=r"sglang-kernel-0\.4\.4\+sgl-deep-gemm-0\.0\.1\.json does not exist.*"
+                             r"generate sglang-kernel==0\.4\.4 --with sgl-deep-gemm==0\.0\.1`"):
+        sgl_kernel_ops.check_companions("sglang-kernel", "0.4.4", tree)
