@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 FP4_QUANTIZE = "sglang.flashinfer_fp4_quantize"
 FP4_GEMM = "sglang.fp4_gemm"
 ATTENTION = "sglang.unified_attention_with_output"
+# Attention as a split op: 0.5.15+ run an MLA model's absorbed bmm and attention in one
+# (models/deepseek_common/attention_forward_methods/forward_mla.py, 0.5.16 :1066).
+ATTENTION_OPS = (ATTENTION, "sglang.mla_bmm_then_unified_attention")
 MOE = "sglang.moe_forward_piecewise_cuda_graph_impl"
 NSA_TOPK = "sglang.k_cache_and_topk_result"
 # sglang's all-reduce ops at TP > 1: outplace inside captured pieces, inplace a split op.
@@ -120,6 +123,9 @@ class Outcome:
     error: str = ""
     where: str = ""
     piecewise_off: str = ""
+    # The prefill backend the release resolves for this family when the user names none,
+    # where it is not the release's (``disabled`` by an auto-disable rule, file:line).
+    default_prefill: str = ""
 
     @property
     def works(self) -> bool:

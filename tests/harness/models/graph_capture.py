@@ -73,6 +73,12 @@ def init_cuda_graphs(runner: Any, decode: bool) -> dict[str, Any]:
 
     from fp4graph.verify import simulate
 
+    try:  # 0.5.16+: capture_cuda_graphs sizes the runners' shared logits buffer first
+        from sglang.srt.model_executor.graph_shared_output import GraphSharedOutput
+    except ImportError:
+        pass
+    else:  # model_runner_components/cuda_graph_setup.py:83 (0.5.16), :99 (0.5.18)
+        runner.graph_shared_output = GraphSharedOutput.create_for_model_runner(runner)
     runner.eager_runner = EagerRunner(runner)
     with simulate.compiling():
         runner.init_prefill_cuda_graph()

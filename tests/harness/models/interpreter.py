@@ -29,6 +29,8 @@ def prepare(record_path: str | None = None, gpu_name: str = "sm120", *, installe
     simulate.install(gpu)
     import torch
 
+    stand_ins.install_cuda_visible_to_traced_code()
+
     tmp = tempfile.mkdtemp(prefix="fp4graph-models-")
     STATE["tmp"] = tmp
     os.environ.setdefault("SGLANG_CACHE_DIR", os.path.join(tmp, "sglang-cache"))

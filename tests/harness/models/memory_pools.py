@@ -111,7 +111,7 @@ def nsa_memory_pools(runner: Any) -> None:
             qk_rope_head_dim=config.qk_rope_head_dim,
             layer_num=runner.num_effective_layers,
             device="cuda",
-            kv_cache_dim=runner.calculate_mla_kv_cache_dim(),
+            kv_cache_dim=mla_kv_cache_dim(runner),
             enable_memory_saver=False,
             start_layer=runner.start_layer,
             end_layer=runner.end_layer,
@@ -121,3 +121,21 @@ def nsa_memory_pools(runner: Any) -> None:
     kv = runner.token_to_kv_pool
     runner.token_to_kv_pool_allocator = _Pool(size=tokens, page_size=runner.page_size, device="cuda",
                                               get_kvcache=lambda: kv)
+
+
+def mla_kv_cache_dim(runner: Any) -> int:
+    """The MLA KV cache row width sglang computes for the runner's model: the runner's
+    method up to 0.5.15 (``model_runner_kv_cache_mixin.py``), from 0.5.16 a function of
+    ``mem_cache/kv_cache_configurator.py`` (0.5.16 :1816, keyword-only; 0.5.19 :2379 drops
+    ``server_args``), called as the release's ``_build_dsa_kv_pool`` calls it."""
+    if hasattr(runner, "calculate_mla_kv_cache_dim"):
+        return int(runner.calculate_mla_kv_cache_dim())
+    import inspect
+
+    from sglang.srt.mem_cache import kv_cache_configurator
+
+    function = kv_cache_configurator.calculate_mla_kv_cache_dim
+    kwargs = {"model_config": runner.model_config, "kv_cache_dtype": runner.kv_cache_dtype}
+    if "server_args" in inspect.signature(function).parameters:
+        kwargs["server_args"] = runner.server_args
+    return int(function(**kwargs))

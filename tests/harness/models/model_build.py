@@ -158,6 +158,12 @@ def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
         graph_shared_output=None,
         # 0.5.18+: no speculative draft model
         draft_attention_backend=None,
+        # 0.5.16+ (model_runner.py:276 ...): no capture hooks, not a multi-layer draft
+        capture_tail_hooks=[],
+        draft_model_idx=None,
+        init_new_workspace=False,
+        war_fastpath_read_done_event=None,
+        attention_chunk_size=getattr(model_config, "attention_chunk_size", None),
     )
     import sglang.srt.model_executor.model_runner as model_runner_module
 
@@ -165,11 +171,34 @@ def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
         attrs["_linear_attn_registry_cache"] = model_runner_module._UNSET
     attrs["support_pp"] = "pp_proxy_tensors" in inspect.signature(model.forward).parameters
     runner.__dict__.update(attrs)
-    # State ModelRunner.initialize() derives on the way (release methods).
+    # State ModelRunner.__init__ / initialize() derive on the way (release methods).
+    if hasattr(runner, "init_startup_observability"):  # 0.5.18+ model_runner.py:458 (graph_memory_usage)
+        runner.init_startup_observability()
     if hasattr(runner, "maybe_init_ngram_embedding"):
         with fake_mode():
             runner.maybe_init_ngram_embedding()
+    if "ps" in inspect.signature(ModelRunner.__init__).parameters:  # 0.5.16+
+        parallel_state_and_layers(runner)
+    if hasattr(runner, "init_ngram_embedding_manager"):  # 0.5.16+ model_runner.py:503, from initialize() :764
+        with fake_mode():
+            runner.init_ngram_embedding_manager()
     return runner
+
+
+def parallel_state_and_layers(runner: Any) -> None:
+    """sglang 0.5.16+: the ``ParallelState`` the scheduler hands ``ModelRunner`` (0.5.16
+    ``managers/scheduler.py:379``, kept at ``model_runner.py:262``) for this rank (no DP
+    attention, no context parallelism), and the ``layer_info`` ``load_model`` resolves
+    (``model_runner.py:581``, the release's ``resolve_layer_indices``)."""
+    from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+    from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
+
+    runner.ps = ParallelState.trivial(
+        tp_rank=runner.tp_rank, tp_size=runner.tp_size, attn_tp_rank=runner.tp_rank, attn_tp_size=runner.tp_size,
+        dcp_size=runner.server_args.dcp_size, gpu_id=runner.gpu_id,
+    )
+    runner.layer_info = resolve_layer_indices(model=runner.model, model_config=runner.model_config,
+                                              is_draft_worker=runner.is_draft_worker, spec_algorithm=runner.spec_algorithm)
 
 
 def build(case: dict[str, Any]) -> Built:

@@ -758,6 +758,30 @@ def _index_ops(self: torch.Tensor, idx: Any) -> tuple[torch.Tensor, list[Any] | 
     return x, advanced
 
 
+def install_cuda_visible_to_traced_code() -> None:
+    """``torch.cuda.is_available()`` as the model code Dynamo traces sees it: True, as on the
+    server's GPU.  The simulated GPU is hidden while Dynamo compiles
+    (``fp4graph.verify.simulate.compiling``: Dynamo saves the CUDA RNG state when CUDA is
+    available), and Dynamo folds user code's call to a constant by calling it
+    (``torch/_dynamo/variables/torch.py``, ``constant_fold_functions``), ignoring the
+    ``lru_cache`` of sglang's ``is_cuda()`` (``srt/utils/common.py``), so traced sglang code
+    took its non-CUDA branches: 0.5.16+ route NSA prefill to the indexer's split op only
+    where ``is_cuda()`` (``layers/attention/dsa/utils.py:103``).  Dynamo's own RNG
+    bookkeeping still sees the GPU hidden."""
+    from torch._dynamo.variables import torch as dynamo_torch
+
+    hidden = torch.cuda.is_available
+    folding = dynamo_torch.__file__
+
+    def is_available() -> bool:
+        if sys._getframe(1).f_code.co_filename == folding:
+            return True
+        return hidden()
+
+    dynamo_torch.constant_fold_functions[is_available] = None
+    torch.cuda.is_available = is_available
+
+
 def install_fake_cuda_indexing() -> None:
     """Python indexing, ``Tensor.copy_`` and ``~`` of a fake CUDA tensor go through C++
     CUDA device guards a CPU build of torch refuses; the same aten ops go through
