@@ -60,7 +60,9 @@ Stand-ins, and only these (tests/harness/models/stand_ins.py):
    with the companion) are defined like sgl-kernel's, the library's load is a no-op;
 4. JIT-compiled kernels: FlashInfer's JIT build/load and cubin downloads
    (tests/flashinfer stand-ins: no-op kernels, the fused-MoE runner object),
-   sglang.jit_kernel's ``tvm_ffi.cpp.load_inline`` / ``load`` (no-op kernels), Triton
+   sglang.jit_kernel's ``tvm_ffi.cpp.load_inline`` / ``load`` (no-op kernels; 0.5.20+ build
+   their own, ``sglang.kernels.jit.utils.load_jit``: the same no-op modules, whose device
+   queries answer None), Triton
    kernels launched eagerly on fake tensors (recorded, not run; traced launches are
    Triton HOPs), the CuTe DSL's ``cute.compile`` (nvidia-cutlass-dsl, where installed:
    FlashInfer 0.6.8's norm kernels; no-op kernels), and Inductor's code generation for the ``torch.compile`` regions
