@@ -193,10 +193,10 @@ def parallel_state_and_layers(runner: Any) -> None:
     from sglang.srt.distributed.parallel_state_wrapper import ParallelState
     from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
 
-    runner.ps = ParallelState.trivial(
-        tp_rank=runner.tp_rank, tp_size=runner.tp_size, attn_tp_rank=runner.tp_rank, attn_tp_size=runner.tp_size,
-        dcp_size=runner.server_args.dcp_size, gpu_id=runner.gpu_id,
-    )
+    state = dict(tp_rank=runner.tp_rank, tp_size=runner.tp_size, attn_tp_rank=runner.tp_rank,
+                 attn_tp_size=runner.tp_size, dcp_size=getattr(runner.server_args, "dcp_size", 1), gpu_id=runner.gpu_id)
+    fields = {f.name for f in dataclasses.fields(ParallelState)}  # 0.5.18 dropped dcp_size
+    runner.ps = ParallelState.trivial(**{k: v for k, v in state.items() if k in fields})
     runner.layer_info = resolve_layer_indices(model=runner.model, model_config=runner.model_config,
                                               is_draft_worker=runner.is_draft_worker, spec_algorithm=runner.spec_algorithm)
 

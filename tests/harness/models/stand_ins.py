@@ -460,6 +460,30 @@ def install_tvm_ffi_compiler() -> None:
 
     cpp.load_inline = load
     cpp.load = load
+    install_sglang_jit_loader()
+
+
+def install_sglang_jit_loader() -> None:
+    """sglang 0.5.18+ compile their JIT kernels with their own loader
+    (``kernels/jit/utils/compile/loader.py`` ``load_jit``: ninja + nvcc in
+    ``compile/ninja.py`` ``build``, then ``tvm_ffi.load_module`` in ``loader._load``):
+    the build records the module name and leaves an empty library, the load returns a
+    module of no-op kernels.  The loader's own cache logic runs (in the case's
+    ``SGLANG_JIT_CACHE_DIR``)."""
+    try:
+        from sglang.kernels.jit.utils.compile import loader, ninja
+    except ImportError:
+        return
+
+    def build(*, spec: Any, build_dir: Any, build_file: str) -> Any:
+        JIT_BUILT.append(spec.module_name)
+        build_dir.mkdir(parents=True, exist_ok=True)
+        library = build_dir / f"{spec.module_name}.so"
+        library.write_bytes(b"")
+        return library
+
+    ninja.build = build
+    loader._load = lambda library: NoKernel(library.stem)
 
 
 TRITON_LAUNCHES: list[str] = []
