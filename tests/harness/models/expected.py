@@ -126,13 +126,14 @@ class Outcome:
     # The prefill backend the release resolves for this family when the user names none,
     # where it is not the release's (``disabled`` by an auto-disable rule, file:line).
     default_prefill: str = ""
-    # ``error`` at ``where`` is the simulation's, not the release's: the cell is not
-    # measured yet, and the test holds it there until the harness follows the release.
-    harness: bool = False
+    # The error is the harness's, not the release's (what the simulation lacks, file:line
+    # of the release code it meets): the family is not measured there; the row holds the
+    # gap to its error until the harness follows.
+    harness_gap: str = ""
 
     @property
     def works(self) -> bool:
-        return not self.error and not self.piecewise_off
+        return not self.error and not self.piecewise_off and not self.harness_gap
 
 
 WORKS = Outcome()
@@ -194,12 +195,56 @@ _ALL_WORK = {
     "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS, "glm5": WORKS, "deepseek-v3.2": WORKS,
 }
 
+_BREAKABLE = ("`breakable` (BreakableCudaGraphBackend, no torch.compile), on by default; `tc_piecewise` "
+              "opt-in (`--cuda-graph-backend-prefill tc_piecewise`)")
+_MLA = ("deepseek-v3", "deepseek-v3-no-fusion", "glm5", "deepseek-v3.2")
+# 0.5.15 (jit_kernel/dsa) and its .post1: GLM-5 / DeepSeek-V3.2 stop in the harness, not in
+# the release: the dummy prefill batch's host tensor extend_prefix_lens_cpu
+# (prefill_cuda_graph_runner.py:715, torch.zeros on the CPU) is a fake under the case's
+# FakeTensorMode, and the DSA backend reads it (dsa_backend.py:886); 0.5.16 builds a list.
+_DSA_0515 = Outcome(
+    error="Could not extract specialized integer from data-dependent expression",
+    where='srt/layers/attention/dsa_backend.py", line 886',
+    harness_gap="the dummy prefill batch's CPU tensor extend_prefix_lens_cpu "
+                "(model_executor/runner/prefill_cuda_graph_runner.py:715) is a fake in the harness",
+)
+
+# 0.5.17: GLM-5's attention split op body, run eagerly between pieces (stand-in 8), meets a
+# tensor that is not a fake in the DSA backend's k-cache store (a CPU torch refuses its
+# CUDA op); DeepSeek-V3.2 passes the same path.
+_GLM5_0517 = Outcome(
+    error="PyTorch is not linked with support for cuda devices",
+    where='kernels/ops/attention/dsa/quant_k_cache.py", line 210',
+    harness_gap="the split op body's k-cache store (layers/attention/dsa_backend.py:1927) meets a "
+                "non-fake CUDA tensor in the harness",
+)
+
+# 0.5.18: DeepSeek-V3.2's attention split op body reaches FlashInfer 0.6.17's trtllm MLA
+# decode, which imports the CuTe DSL (nvidia-cutlass-dsl, pinned by the release, absent
+# from the test venv).
+_V32_0518 = Outcome(
+    error="No module named 'cutlass'",
+    where='flashinfer/cute_dsl/utils.py", line 24',
+    harness_gap="nvidia-cutlass-dsl is not in the test venv (FlashInfer 0.6.17 mla/_core.py:2267 "
+                "imports it, from sglang's dsa_backend.py:3256)",
+)
+
+
+def _mla_off(where: str, dsa: Outcome = WORKS) -> dict[str, Outcome]:
+    """The MLA families of a 0.5.15+ release whose breakable prefill default is disabled for
+    MLA attention (``_disable_breakable_cudagraph_if_incompatible``, ``where``): they
+    work (or ``dsa`` for the DSA ones) with tc_piecewise selected."""
+    off = f"`disabled` by default: breakable prefill graphs are off for MLA attention ({where})"
+    return {name: dataclasses.replace(dsa if name in NSA_NAMES else WORKS, default_prefill=off) for name in _MLA}
+
+
+NSA_NAMES = ("glm5", "deepseek-v3.2")
+
 # 0.5.20+: the prefill default is `breakable` (no torch.compile); selected, tc_piecewise
 # traces each MoE layer (and DeepSeek's MLA) into layers/attention/dsa/utils.py:118
 # is_dsa_enable_prefill_cp, whose is_musa() (lru_cache, which Dynamo traces through) imports
 # torchada, a package sglang does not require: Dynamo's "Import failure", an error under
 # fullgraph, before any MoE op.  Llama and Qwen3 never ask.
-_BREAKABLE = "`breakable` (no torch.compile); `tc_piecewise` opt-in"
 _IMPORT_TORCHADA = Outcome(error="Import failure", where='srt/utils/common.py", line 227')
 # 0.5.22+ removed tc_piecewise: --cuda-graph-backend-prefill refuses it
 # (model_executor/cuda_graph_config.py:240 parse_cuda_graph_backend_arg), as does
@@ -214,12 +259,14 @@ _FROM_0520 = {
     # during capture and calls .contiguous() on a fake CUDA tensor the CPU torch refuses
     # (kernels/ops/attention/dsa/quant_k_cache.py:269).  Not measured.
     "glm5": Outcome(error="PyTorch is not linked with support for cuda devices",
-                    where='dsa/quant_k_cache.py", line 269', harness=True),
+                    where='dsa/quant_k_cache.py", line 269',
+                    harness_gap="the split op body's k-cache store meets a non-fake CUDA tensor in the "
+                                "harness (kernels/ops/attention/dsa/quant_k_cache.py:269)"),
 }
 
 # 0.5.21: the same torchada import (srt/utils/common.py:226, from dsa/utils.py:117, reached
-# through layers/layer_boundary/layout.py:173).  Qwen3's model forward has no annotations, and tc_piecewise infers the dynamic
-# dims from them (srt/compilation/compile.py:125, from
+# through layers/layer_boundary/layout.py:173).  Qwen3's model forward has no annotations,
+# and tc_piecewise infers the dynamic dims from them (srt/compilation/compile.py:125, from
 # runner_backend/tc_piecewise_cuda_graph_backend.py:146): no dims, no compile.
 _IMPORT_TORCHADA_0521 = Outcome(error="Import failure", where='srt/utils/common.py", line 226')
 _FROM_0521 = {
@@ -229,9 +276,10 @@ _FROM_0521 = {
     # The simulation stops first: the DSA backend asks the JIT top-k module for its cluster
     # occupancy (kernels/jit/utils/occupancy.py:31), a device query the no-op JIT module of
     # the stand-in answers with None.  Not measured.
-    "glm5": Outcome(error="int() argument must be", where='jit/utils/occupancy.py", line 31', harness=True),
-    "deepseek-v3.2": Outcome(error="int() argument must be", where='jit/utils/occupancy.py", line 31',
-                             harness=True),
+    **dict.fromkeys(NSA_NAMES, Outcome(
+        error="int() argument must be", where='jit/utils/occupancy.py", line 31',
+        harness_gap="the stand-in's no-op JIT module answers the top-k module's cluster-occupancy "
+                    "query (kernels/jit/utils/occupancy.py:31) with None")),
 }
 
 PRISTINE_RELEASES: dict[str, PristineRelease] = {
@@ -272,6 +320,38 @@ PRISTINE_RELEASES: dict[str, PristineRelease] = {
         flashinfer="0.6.12", torch="2.11.0", transformers="5.8.1",
         default_prefill="`tc_piecewise` (torch.compile, TcPiecewiseCudaGraphBackend), on by default",
         families=_ALL_WORK,
+    ),
+    # 0.5.15 ...: breakable (no torch.compile) is the prefill default; tc_piecewise is
+    # selected with --cuda-graph-backend-prefill tc_piecewise, an explicit choice that the
+    # release's auto-disable rules leave alone.
+    "0.5.15": PristineRelease(
+        flashinfer="0.6.12", torch="2.11.0", transformers="5.12.1",
+        default_prefill=_BREAKABLE,
+        families={**_ALL_WORK, **_mla_off("server_args.py:3352", _DSA_0515)},
+    ),
+    # 0.5.15.post1: the same pins, the same server_args.py.
+    "0.5.15.post1": PristineRelease(
+        flashinfer="0.6.12", torch="2.11.0", transformers="5.12.1",
+        default_prefill=_BREAKABLE,
+        families={**_ALL_WORK, **_mla_off("server_args.py:3352", _DSA_0515)},
+    ),
+    "0.5.16": PristineRelease(
+        flashinfer="0.6.14", torch="2.11.0", transformers="5.12.1",
+        default_prefill=_BREAKABLE,
+        families={**_ALL_WORK, **_mla_off("server_args.py:3774")},
+    ),
+    # 0.5.17 keeps breakable for DSA models ("MLA attention (non-DSA)", server_args.py:4469).
+    "0.5.17": PristineRelease(
+        flashinfer="0.6.15.post1", torch="2.11.0", transformers="5.12.1",
+        default_prefill=_BREAKABLE,
+        families={**_ALL_WORK, **{name: o for name, o in _mla_off("server_args.py:4469").items()
+                                  if name not in NSA_NAMES}, "glm5": _GLM5_0517},
+    ),
+    # 0.5.18 drops the MLA rule: breakable is the default for every family.
+    "0.5.18": PristineRelease(
+        flashinfer="0.6.17", torch="2.13.0", transformers="5.12.1",
+        default_prefill=_BREAKABLE,
+        families={**_ALL_WORK, "glm5": _GLM5_0517, "deepseek-v3.2": _V32_0518},
     ),
     "0.5.20": PristineRelease(
         flashinfer="0.6.18", torch="2.13.0", transformers="5.12.1",

@@ -35,6 +35,7 @@ def prepare(record_path: str | None = None, gpu_name: str = "sm120", *, installe
     STATE["tmp"] = tmp
     os.environ.setdefault("SGLANG_CACHE_DIR", os.path.join(tmp, "sglang-cache"))
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tmp, "inductor"))
+    os.environ.setdefault("SGLANG_JIT_CACHE_DIR", os.path.join(tmp, "sglang-jit"))  # 0.5.18+
     stand_ins.install_cuda_runtime(gpu.total_memory)
     stand_ins.install_host_collectives()
     collectives.install_nvml()
@@ -59,6 +60,10 @@ def prepare(record_path: str | None = None, gpu_name: str = "sm120", *, installe
 
         auto = importlib.import_module("transformers.models.auto.image_processing_auto")
         sys.modules["transformers"].AutoImageProcessor = auto.AutoImageProcessor
+    try:
+        import cutlass  # noqa: F401
+    except ImportError:  # no nvidia-cutlass-dsl: its CuTe DSL kernel module is inert (modelsim 9)
+        sys.meta_path.insert(0, sgsim._StubFinder("sglang.jit_kernel.dsa.cutedsl_paged_mqa_logits"))
     with stand_ins.no_compiled_sgl_kernel() if installed else contextlib.nullcontext():
         import sgl_kernel  # noqa: F401  (the real Python package over the stand-in library)
 

@@ -207,8 +207,8 @@ def parallel_state_and_layers(runner: Any, takes_parallel_state: bool) -> None:
         return
     from sglang.srt.distributed.parallel_state_wrapper import ParallelState
 
-    dcp_size = case_server_args.resolved(runner.server_args).dcp_size
-    # 0.5.20 names it attn_dcp_size (managers/scheduler.py:536), with its rank.
+    dcp_size = getattr(case_server_args.resolved(runner.server_args), "dcp_size", 1)
+    # 0.5.18+ name it attn_dcp_size (0.5.20 managers/scheduler.py:536), with its rank.
     dcp = ({"dcp_size": dcp_size} if "dcp_size" in {f.name for f in dataclasses.fields(ParallelState)}
            else {"attn_dcp_size": dcp_size, "attn_dcp_rank": runner.tp_rank % dcp_size})
     runner.ps = ParallelState.trivial(

@@ -60,9 +60,8 @@ Stand-ins, and only these (tests/harness/models/stand_ins.py):
    with the companion) are defined like sgl-kernel's, the library's load is a no-op;
 4. JIT-compiled kernels: FlashInfer's JIT build/load and cubin downloads
    (tests/flashinfer stand-ins: no-op kernels, the fused-MoE runner object),
-   sglang.jit_kernel's ``tvm_ffi.cpp.load_inline`` / ``load`` (no-op kernels; 0.5.20+ build
-   their own, ``sglang.kernels.jit.utils.load_jit``: the same no-op modules, whose device
-   queries answer None), Triton
+   sglang.jit_kernel's ``tvm_ffi.cpp.load_inline`` / ``load`` and (0.5.18+) its own
+   loader's ninja build and ``tvm_ffi.load_module`` (no-op kernels), Triton
    kernels launched eagerly on fake tensors (recorded, not run; traced launches are
    Triton HOPs), the CuTe DSL's ``cute.compile`` (nvidia-cutlass-dsl, where installed:
    FlashInfer 0.6.8's norm kernels; no-op kernels), and Inductor's code generation for the ``torch.compile`` regions
@@ -98,7 +97,12 @@ Stand-ins, and only these (tests/harness/models/stand_ins.py):
    FakeProcessGroup for them (their collectives do nothing) and sglang's message-queue
    broadcaster off (``SGLANG_USE_MESSAGE_QUEUE_BROADCASTER=false``: no reader process);
 9. import-only: torchvision (no CPU build for this torch) and ``flashinfer.comm``
-   (loads libcudart at import; multi-GPU all-reduce only), inert modules.
+   (loads libcudart at import; multi-GPU all-reduce only), inert modules; without
+   nvidia-cutlass-dsl (the test venv), sglang's CuTe DSL paged-MQA-logits kernel module
+   (``jit_kernel/dsa/cutedsl_paged_mqa_logits.py``, which 0.5.15 imports for every
+   DeepSeek-style model at ``jit_kernel/dsa/__init__.py:12``; 0.5.16 imports it lazily);
+   the stand-ins above also answer ``torch.cuda.is_available()`` True to model code
+   Dynamo traces (item 1 hides the GPU from Dynamo's own RNG bookkeeping only).
 
 Installed packages (``prepare(record, installed=True)``: ``nox -s install``'s simulation
 step, :func:`simulation.run_installed`): the child is the interpreter of a venv where the

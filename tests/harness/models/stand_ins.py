@@ -460,34 +460,30 @@ def install_tvm_ffi_compiler() -> None:
 
     cpp.load_inline = load
     cpp.load = load
-    install_sglang_kernels_jit_loader()
+    install_sglang_jit_loader()
 
 
-# sglang 0.5.20+ builds its JIT kernels itself (sglang/kernels/jit/utils/compile/: its own
-# build.ninja run with nvcc, then ``tvm_ffi.load_module``), no longer through tvm_ffi.cpp.
-SGLANG_JIT_MODULES = ("sglang.kernels.jit.utils.compile.loader", "sglang.kernels.jit.utils.compile",
-                      "sglang.kernels.jit.utils")
-
-
-def install_sglang_kernels_jit_loader() -> None:
-    """sglang 0.5.20+ ``load_jit`` (``kernels/jit/utils/compile/loader.py:48``): record the
-    module name it builds (``sgl_kernel_jit_`` and its args, ``compile/spec.py:55``) and
-    return a module of no-op kernels, in each module that exports it (callers import it
-    from ``sglang.kernels.jit.utils``)."""
-    import importlib
-
+def install_sglang_jit_loader() -> None:
+    """sglang 0.5.18+ compile their JIT kernels with their own loader
+    (``kernels/jit/utils/compile/loader.py`` ``load_jit``: ninja + nvcc in
+    ``compile/ninja.py`` ``build``, then ``tvm_ffi.load_module`` in ``loader._load``):
+    the build records the module name and leaves an empty library, the load returns a
+    module of no-op kernels.  The loader's own cache logic runs (in the case's
+    ``SGLANG_JIT_CACHE_DIR``)."""
     try:
-        modules = [importlib.import_module(name) for name in SGLANG_JIT_MODULES]
+        from sglang.kernels.jit.utils.compile import loader, ninja
     except ImportError:
         return
 
-    def load_jit(*args: Any, **kwargs: Any) -> NoKernel:
-        name = "sgl_kernel_jit_" + "_".join(str(a) for a in args)
-        JIT_BUILT.append(name)
-        return NoKernel(name)
+    def build(*, spec: Any, build_dir: Any, build_file: str) -> Any:
+        JIT_BUILT.append(spec.module_name)
+        build_dir.mkdir(parents=True, exist_ok=True)
+        library = build_dir / f"{spec.module_name}.so"
+        library.write_bytes(b"")
+        return library
 
-    for module in modules:
-        module.load_jit = load_jit  # type: ignore[attr-defined]
+    ninja.build = build
+    loader._load = lambda library: NoKernel(library.stem)
 
 
 TRITON_LAUNCHES: list[str] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from packaging.version import Version
 
 from harness.child import TESTS, run_python, tail
 from harness.models import sgl_kernel_ops, simulation
@@ -23,13 +24,12 @@ def test_every_stack_has_its_sgl_kernel_record(wheel_tree, target: simulation.Sg
     assert record["wheel"]["filename"].startswith(project.replace("-", "_") + f"-{version}-")
     assert len(record["wheel"]["sha256"]) == 64
     names = {s.split("(", 1)[0] for s in record["schemas"]}
-    # The ops sglang's NVFP4 models call through sgl_kernel on every release; MoE's fused
-    # gate until the release JIT-compiles its own (0.5.20: kernels/ops/moe/moe_fused_gate.py,
-    # which sglang-kernel 0.4.6.post1+ dropped).
-    required = {"rmsnorm", "fused_add_rmsnorm", "silu_and_mul", "topk_softmax"}
-    if not (tree / "sglang/kernels/ops/moe/moe_fused_gate.py").is_file():
-        required.add("moe_fused_gate")
-    assert required <= names, required - names
+    # The ops sglang's NVFP4 models call through sgl_kernel on every release; moe_fused_gate
+    # left sglang-kernel with 0.4.5 (sglang 0.5.16+ call their jit_kernel/moe_fused_gate.py).
+    wanted = {"rmsnorm", "fused_add_rmsnorm", "silu_and_mul", "topk_softmax"}
+    if Version(version) < Version("0.4.5"):
+        wanted.add("moe_fused_gate")
+    assert wanted <= names, sorted(wanted - names)
     assert any(e["name"] == "sgl_kernel/__init__.py" for e in record["python"])
 
 
