@@ -11,7 +11,9 @@ the b12x GEMM / fused-MoE CUDA-13 requirement.  A DGX Spark peer patches it to r
 release (the flashinfer-python releases pinned in patches/stacks.toml without a series):
 nvcc runs, what it answers, what those decisions become, and whether a function that asks
 it can be traced by ``torch.compile(fullgraph=True)`` (the peer's symptom).  Our series
-(0.6.x revision 3+, ``cuda-version``) split the reading: test_cuda_version.py.
+(0.6.x revision 3+, ``cuda-version``) split the reading: test_cuda_version.py.  0.6.11.post1's
+series (``sm120-nvcc-12-8``, the backport of flashinfer #3633, with ``cuda-version``) is
+checked here pristine beside patched with nvcc 12.8: test_nvcc_12_8_beside_torch_cu130.
 
 Stand-ins: ``nvcc`` under CUDA_HOME, a script that logs its call and prints the version it is
 told to (absent: CUDA_HOME without ``bin/nvcc``); ``torch.version.cuda`` ``13.0`` (torch
@@ -33,7 +35,7 @@ from packaging.version import Version
 from fp4graph.model import series
 from fp4graph.model.stacks import load
 from harness.child import CaseReport, run_forked
-from harness.targets import full_matrix
+from harness.targets import full_matrix, versions_with_topic
 from harness.toolkits import fake_cuda_home
 
 PROJECT = "flashinfer-python"
@@ -95,6 +97,8 @@ def case(request):
     def asks(x):
         return x + 1 if cpp_ext.is_cuda_version_at_least("12.8") else x
 
+    if not request["trace"]:
+        return out
     before = calls()
     torch.cuda.is_available = lambda: False  # Dynamo would save the (absent) CUDA RNG state
     try:
@@ -107,11 +111,17 @@ def case(request):
 """
 
 
+def fixed_releases() -> list[str]:
+    """The releases whose series gives SM120 a target with nvcc 12.8 (the #3633 backport)."""
+    return versions_with_topic(PROJECT, "sm120-nvcc-12-8")
+
+
 def releases() -> list[str]:
     """The pinned flashinfer-python 0.6.x releases from 0.6.11 (b12x, the first runtime
-    readers of the toolkit's version) that no series covers: served pristine, oldest first."""
+    readers of the toolkit's version) that no series covers, and those whose series is
+    the nvcc-12.8 fix (measured pristine here too), oldest first."""
     catalog = load(REPO / "patches" / "stacks.toml")
-    covered = set(series.series_versions(REPO / "patches", PROJECT))
+    covered = set(series.series_versions(REPO / "patches", PROJECT)) - set(fixed_releases())
     found = {a.version for a in catalog.artifacts.values() if a.project == PROJECT} - covered
     return sorted((v for v in found if Version("0.6.11") <= Version(v) < Version("0.7")), key=Version)
 
@@ -120,19 +130,24 @@ def releases() -> list[str]:
 def results(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     done: dict[str, dict[str, CaseReport]] = {}
 
-    def get(version: str) -> dict[str, CaseReport]:
-        if version not in done:
+    def get(version: str, *, trees: tuple[str, ...] = ("pristine",), toolkits: tuple[str, ...] = TOOLKITS,
+            trace: bool = True) -> dict[str, CaseReport]:
+        """Reports named "<tree> <gpu> nvcc=<toolkit>": one child, a fork per case (each
+        fork imports the tree it is given)."""
+        key = f"{version} {','.join(trees)} nvcc={','.join(toolkits)} trace={trace}"
+        if key not in done:
             root = tmp_path_factory.mktemp(f"cuda-lookup-{version}")
-            tree = wheel_tree(PROJECT, version, patched=False)
             requests = {}
-            for gpu in GPUS:
-                for nvcc in TOOLKITS:
-                    name = f"{gpu} nvcc={nvcc}"
-                    requests[name] = {"tree": str(tree), "torch": TORCH_CUDA, "gpu": gpu,
-                                      "cuda_home": str(fake_cuda_home(root / gpu, nvcc)),
-                                      "log": str(root / f"{gpu}-{nvcc}.log")}
-            done[version] = run_forked(CHILD, requests)
-        return done[version]
+            for kind in trees:
+                tree = wheel_tree(PROJECT, version, patched=kind == "patched")
+                for gpu in GPUS:
+                    for nvcc in toolkits:
+                        name = f"{kind} {gpu} nvcc={nvcc}"
+                        requests[name] = {"tree": str(tree), "torch": TORCH_CUDA, "gpu": gpu,
+                                          "cuda_home": str(fake_cuda_home(root / kind / gpu, nvcc)),
+                                          "log": str(root / f"{kind}-{gpu}-{nvcc}.log"), "trace": trace}
+            done[key] = run_forked(CHILD, requests)
+        return done[key]
 
     return get
 
@@ -147,7 +162,7 @@ def test_pristine_lookups(results: Any, version: str) -> None:
     for name, report in cases.items():
         assert report.crash is None, report.describe()
         assert report["version"] == version, report.describe()
-        gpu, nvcc = name.split(" nvcc=")
+        gpu, nvcc = name.removeprefix("pristine ").split(" nvcc=")
         # nvcc runs at import on SM12x (CompilationContext), answered or fallen back.
         assert report["nvcc_at_import"] == (0 if nvcc == "none" else 1), report.describe()
         seen = TORCH_CUDA if nvcc == "none" else nvcc
@@ -173,3 +188,33 @@ def test_pristine_lookups(results: Any, version: str) -> None:
         # subprocess (or, without nvcc, the same call that raises).
         assert report["traced"] == "Unsupported: Attempted to call function marked as skipped", report.describe()
         assert report["nvcc_while_tracing"] == 0, report.describe()
+
+
+@pytest.mark.parametrize("version", fixed_releases())
+def test_nvcc_12_8_beside_torch_cu130(results: Any, version: str) -> None:
+    """A system nvcc 12.8 beside PyTorch's CUDA 13.0 (the Spark peer's finding): pristine,
+    import runs nvcc, SM12x gets no target and fp4_quantize's JIT build fails with the
+    misleading "requires GPUs with sm75 or higher"; patched, import runs no nvcc, SM120
+    builds fp4_quantize for compute_120a (what nvcc 12.8 has), and SM121, which nvcc 12.8
+    cannot target, says so and names the empty target list."""
+    cases = results(version, trees=("pristine", "patched"), toolkits=("12.8",), trace=False)
+    for gpu in GPUS:
+        before, after = cases[f"pristine {gpu} nvcc=12.8"], cases[f"patched {gpu} nvcc=12.8"]
+        for report in (before, after):
+            assert report.crash is None, report.describe()
+            assert report["version"].split("+")[0] == version, report.describe()
+            assert report["get_cuda_version"] == "12.8", report.describe()
+        assert before["nvcc_at_import"] == 1, before.describe()
+        assert before["archs"] == [], before.describe()
+        assert before["fp4_module"] == "RuntimeError: FlashInfer requires GPUs with sm75 or higher", before.describe()
+        assert after["nvcc_at_import"] == 0, after.describe()
+        if gpu == "sm120":
+            assert after["archs"] == ["12.0a"], after.describe()
+            assert after["fp4_module"] == ["fp4_quantization_120", ["compute_120a"]], after.describe()
+        else:
+            assert after["archs"] == [], after.describe()
+            # Logged on the first use of the targets: "SM 12.1+ requires CUDA >= 12.9".
+            assert after["import_warning"] is True, after.describe()
+            assert after["fp4_module"] == (
+                "RuntimeError: FlashInfer requires GPUs with sm75 or higher. Detected TARGET_CUDA_ARCHS=[]."
+            ), after.describe()

@@ -53,12 +53,12 @@ from typing import Any
 
 import pytest
 
-from conftest import series_versions
 from harness.child import opcheck_failures, run_child_main
 from harness.targets import ci_versions, full_matrix, versions_with_topic
 
 PROJECT = "flashinfer-python"
-VERSIONS = series_versions(PROJECT)
+# Every series that makes the fp4 entry points ops (0.6.11.post1's is the CUDA-version fix alone).
+VERSIONS = versions_with_topic(PROJECT, "fp4-quantize-ops")
 # Every version: the trace (pristine fails, patched passes), the import, the warm-up, the
 # arch choice and the cuDNN plans. The export, logging, fake-vs-eager, opcheck and
 # cold-start checks: every version in nox -s tracing, the seed stack's and the newest in CI.

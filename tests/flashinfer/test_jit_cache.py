@@ -37,12 +37,13 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from conftest import series_versions
 from harness import kernel_packages
 from harness.child import CaseReport, run_forked
+from harness.targets import versions_with_topic
 
 PROJECT = "flashinfer-python"
-VERSIONS = series_versions(PROJECT)
+# The series with fp4_warmup (0.6.11.post1's is the CUDA-version fix alone).
+VERSIONS = versions_with_topic(PROJECT, "fp4-warmup")
 KINDS = ["quantization", "gemm_cutlass", "moe_cutlass"]
 PROVIDERS = Version("0.7")  # 0.7.x: providers, matched to the device's architecture
 

@@ -17,11 +17,12 @@ import sys
 import pytest
 
 from fp4graph import cli
-from fp4graph.forward import prreport, prs
+from fp4graph.forward import prreport, prs, releasetree
 from fp4graph.forward.sources import git
 from fp4graph.model import pullrequests
 from fp4graph.model.config import Settings
 from fp4graph.model.errors import ConfigError, Fp4graphError
+from fp4graph.model.series import load_series
 from fp4graph.wheels.lint import lint
 from harness.checkout import upstream_history
 
@@ -160,9 +161,24 @@ def test_bodies_name_no_file_of_ours_and_tick_only_what_ran(
 ) -> None:
     shas = world["shas"]
     assert isinstance(shas, list)
-    _prepare(checkout, world, tmp_path / "out", base=shas[1])
+    # also on a release's tree, the notes patch as its re-cut for the release (whose test
+    # passes there without the change: no line in its body, the run fails naming it)
+    settings = _pin_release(checkout, tmp_path)
+    _recut_notes(world, tmp_path, GUARD_TEST)
+    assert [p for p in lint(settings.patches_dir) if str(world["series"]) in p] == []
+    report = _prepare(settings, world, tmp_path / "out", base=shas[1], release_tree=RELEASE)
+    assert [(pr.release_tree.status, pr.release_tree.recut) for pr in report.prs if pr.release_tree] == [
+        ("passed", False), ("passed", False), ("passes-without", True)]
+    assert not report.ok
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "#3 docs(notes): a new note: FAILED passes-without (re-cut for the release): " in summary
     bodies = {p.parent.name: p.read_text() for p in (tmp_path / "out" / "prs").glob("*/PR.md")}
     assert sorted(bodies) == ["01-scale-fix", "02-offset", "03-notes"]
+    assert ("Also checked on the 9.9.9 release tree (the sdist flashinfer_python-9.9.9.tar.gz with tests of "
+            f"{shas[1][:12]} beside it, which the sdist lacks), this same commit: `pytest "
+            "tests/utils/test_scale.py` fails without the change (1 failed) and passes with it (1 passed).") \
+        in bodies["01-scale-fix"]
+    assert "release tree" not in bodies["03-notes"]
     for body in bodies.values():
         assert not re.search(r"patches/|\.patch\b|fp4graph|stacks\.toml|series", body), body
         assert_claims_only_what_ran(body)
@@ -184,7 +200,8 @@ def test_bodies_name_no_file_of_ours_and_tick_only_what_ran(
 def test_a_newer_main_conflicts_per_patch_and_nothing_is_dropped(
     checkout: Settings, world: dict[str, object], tmp_path: pathlib.Path
 ) -> None:
-    result = _prepare(checkout, world, tmp_path / "out")  # the clone's main: one commit newer
+    # the clone's main, one commit newer (no test runs: the carry is what this checks)
+    result = _prepare(checkout, world, tmp_path / "out", run_tests=False)
     shas = world["shas"]
     assert isinstance(shas, list)
     assert result.target == shas[2]
@@ -206,7 +223,7 @@ def test_an_undeclared_dependency_is_reported(
     second.write_text(second.read_text().replace("Depends-On: scale-fix\n", ""))
     shas = world["shas"]
     assert isinstance(shas, list)
-    result = _prepare(checkout, world, tmp_path / "out", base=shas[1])
+    result = _prepare(checkout, world, tmp_path / "out", base=shas[1], run_tests=False)
     follow = result.prs[1]
     assert follow.branch.status == "conflict"
     assert "needs an earlier patch it does not declare" in follow.branch.detail
@@ -331,5 +348,117 @@ def test_a_body_that_would_claim_what_did_not_run_is_refused(
     first = directory / str(world["names"][0])  # type: ignore[index]
     first.write_text(first.read_text().replace("Why and what.", "Why and what. Carried in fp4graph."))
     with pytest.raises(Fp4graphError, match=re.escape(first.name) + r".*Carried in"):
-        _prepare(checkout, world, tmp_path / "out")
+        # the message is refused whatever ran: no test runs here (they pay for the release tree's)
+        _prepare(checkout, world, tmp_path / "out", run_tests=False)
     assert not (tmp_path / "out").exists()
+
+
+# --- --release-tree: every pull request on a release's tree ---------------------------
+
+RELEASE = "9.9.9"
+
+
+def _pin_release(checkout: Settings, tmp_path: pathlib.Path) -> Settings:
+    """A flashinfer-python release pinned with its sdist (sha256) in a cache of its own:
+    the pinned commit's code, but its notes.py rewritten; no tests, no hook config."""
+    import hashlib
+    import io
+    import tarfile
+
+    name = f"flashinfer_python-{RELEASE}.tar.gz"
+    files = {"PKG-INFO": "Name: flashinfer-python\n", "flashinfer/__init__.py": "", CALC: CALC_V1,
+             NOTES: 'NOTE = "release: rewritten"\n'}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path, text in files.items():
+            info = tarfile.TarInfo(f"flashinfer_python-{RELEASE}/{path}")
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    cache = tmp_path / "cache"
+    (cache / "artifacts").mkdir(parents=True)
+    (cache / "artifacts" / name).write_bytes(buffer.getvalue())
+    digest = hashlib.sha256(buffer.getvalue()).hexdigest()
+    with checkout.stacks_file.open("a") as f:
+        f.write(f'\n[[artifact]]\nproject = "{FI}"\nversion = "{RELEASE}"\nrevision = 1\n'
+                f'files = [{{ filename = "flashinfer_python-{RELEASE}-py3-none-any.whl", sha256 = "{"0" * 64}" }}]\n'
+                f'sdist = {{ filename = "{name}", sha256 = "{digest}" }}\n')
+    return Settings(repo=checkout.repo, cache_dir=cache)
+
+
+def _recut_notes(world: dict[str, object], tmp_path: pathlib.Path, test: str) -> pathlib.Path:
+    """The notes patch re-cut on the release's notes.py, with ``test`` as its test."""
+    work = tmp_path / "recut"
+    git(tmp_path, "clone", "-q", str(world["upstream"]), str(work))
+    git(work, "checkout", "-q", str(world["shas"][1]))  # type: ignore[index]
+    (work / NOTES).write_text('NOTE = "release: rewritten"\n')
+    git(work, "commit", "-q", "-am", "the release's notes.py")
+    text = _patch(work, {NOTES: 'NOTE = "v2"\n', "tests/utils/test_notes.py": test},
+                  "docs(notes): a new note", {"Topic": "notes", "Bench": "peers"})
+    directory = world["directory"]
+    assert isinstance(directory, pathlib.Path)
+    recut = directory / pullrequests.RECUTS.format(version=RELEASE) / str(world["names"][2])  # type: ignore[index]
+    recut.parent.mkdir()
+    recut.write_text(text)
+    return recut
+
+
+def test_each_pull_request_applies_to_the_release_tree_or_fails_by_name(
+    checkout: Settings, world: dict[str, object], tmp_path: pathlib.Path,
+) -> None:
+    """On the release's tree (its sdist + the series commit's tests): the fix and its
+    follow-up apply as they are and their tests fail without / pass with them; the notes
+    patch does not apply there (the release rewrote notes.py) and fails the check by name
+    (its re-cut: test_bodies_name_no_file_of_ours_and_tick_only_what_ran)."""
+    settings = _pin_release(checkout, tmp_path)
+    pinned = str(world["shas"][1])  # type: ignore[index]
+    options = prs.UpstreamOptions(project=FI, python=sys.executable)
+    series = load_series(settings.patches_dir, FI, str(world["series"]))
+    assert series is not None
+    (tmp_path / "scratch").mkdir()
+
+    def tests(repo: pathlib.Path, commit: str, parent: str) -> tuple[list[prreport.TestFile], ...]:
+        return prs.tests_with_and_without(repo, commit, parent, FI, options, tmp_path / "scratch", False)
+
+    run = releasetree.check(settings, series, RELEASE, world["upstream"], pinned,  # type: ignore[arg-type]
+                            ("A User", "a@b"), tmp_path / "scratch", tests)  # type: ignore[arg-type]
+    fix, follow, notes = run.checks.values()
+    assert fix.ok and not fix.recut, fix
+    assert [t.outcome for t in fix.tests] == ["passed"] and [t.outcome for t in fix.without_change] == ["failed"]
+    assert follow.ok  # on the fix, as on main
+    assert notes.status == "does-not-apply" and "flashinfer/notes.py" in notes.detail
+    assert not run.ok
+    assert run.tree.startswith(f"{FI} {RELEASE}: the sdist flashinfer_python-{RELEASE}.tar.gz with tests of")
+
+
+def test_a_recut_is_judged_like_its_pull_request(checkout: Settings, world: dict[str, object]) -> None:
+    """Its test must run, pass with the change and fail without it; a re-cut that is no
+    patch of the series is a lint problem naming it; --release-tree needs a series."""
+    def run(outcome: str) -> prreport.TestFile:
+        return prreport.TestFile(path="tests/t.py", command="pytest tests/t.py", outcome=outcome, output="")
+
+    assert releasetree.judge([run("passed")], [run("failed")])[0] == "passed"
+    assert releasetree.judge([run("passed")], [run("passed")]) == (
+        "passes-without", "`pytest tests/t.py` does not fail without the change (it shows no fix there)")
+    assert releasetree.judge([run("failed")], [run("failed")])[0] == "fails-with"
+    assert releasetree.judge([run("skipped")], [run("failed")])[0] == "not-run"
+    assert releasetree.judge([], [])[0] == "no-test"
+    # a passing re-cut's body line says it ran as the re-cut
+    from fp4graph.forward import prbranches
+    from fp4graph.model.series import Patch
+
+    patch = Patch.parse("From 0 Mon Sep 17 00:00:00 2001\nFrom: a <a@b>\nSubject: [PATCH] x\n\nWhy.\n"
+                        "\nTopic: t\n---\ndiff --git a/f b/f\n", pathlib.Path("0001-t.patch"))
+    check = prreport.ReleaseTreeCheck(release=f"{FI} {RELEASE}", recut=True, status="passed", detail="",
+                                      tests=(run("passed"),), without_change=(run("failed"),))
+    pr = prreport.PullRequest(branch=prbranches.Branch(patch=patch, name="fix/t", needs=(), status="built",
+                                                       detail=""), tests=(run("passed"),), release_tree=check)
+    assert prreport._release_tree_lines(pr, "T")[-1] == (
+        f"Also checked on the {RELEASE} release tree (T), as re-cut for {RELEASE}'s code: `pytest tests/t.py` "
+        "fails without the change (failed) and passes with it (passed).")
+    recuts = pathlib.Path(str(world["directory"])) / pullrequests.RECUTS.format(version=RELEASE)
+    recuts.mkdir()
+    (recuts / "0009-x.patch").write_text("x")
+    assert any(f"release-{RELEASE}/0009-x.patch: names no patch of" in p for p in lint(checkout.patches_dir))
+    with pytest.raises(ConfigError, match=f"--release-tree {RELEASE}: checks a pull-request series"):
+        prs.prepare(checkout, prs.UpstreamOptions(project=FI, version="0.7.4", release_tree=RELEASE,
+                                                  identity=("a", "a@b")), checkout.repo / "x")

@@ -64,9 +64,10 @@ def test_lock_problems_name_each_difference() -> None:
 
 
 def test_fp4_warmup_is_checked_only_where_flashinfer_is_ours(tmp_path: pathlib.Path) -> None:
-    """fp4_warmup is our series' function: a stack serving flashinfer pristine
-    (sglang-0.5.12.post1's 0.6.11.post1, which has none) does not fail its smoke on it."""
-    settings = Settings(repo=tmp_path, cache_dir=tmp_path / "cache")
+    """fp4_warmup is our series' function (topic fp4-warmup): a stack serving flashinfer
+    pristine, or ours without that topic (0.6.11.post1's CUDA-version series), does not fail
+    its smoke on it."""
+    settings = Settings(repo=REPO, cache_dir=tmp_path / "cache")
 
     def names(*pins: str) -> list[str]:
         options = stack.options_for(settings, "s", venv=tmp_path / "v", base_python="python", locked=False,
@@ -75,6 +76,8 @@ def test_fp4_warmup_is_checked_only_where_flashinfer_is_ours(tmp_path: pathlib.P
 
     assert "flashinfer.fp4_warmup" in names("sglang==0.5.9+fp4graph.4", "flashinfer-python==0.6.3+fp4graph.5")
     assert "flashinfer.fp4_warmup" not in names("sglang==0.5.12.post1+fp4graph.1", "flashinfer-python==0.6.11.post1")
+    assert "flashinfer.fp4_warmup" not in names("sglang==0.5.12.post1+fp4graph.1",
+                                                "flashinfer-python==0.6.11.post1+fp4graph.1")
 
 
 def test_error_line_is_the_last_exception() -> None:

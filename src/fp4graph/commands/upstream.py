@@ -43,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "need the release's own pin: sglang's)")
     p.add_argument("--author", help="'Name <email>' of the pull-request commits (default: your git "
                    "identity, user.name and user.email)")
+    p.add_argument("--release-tree", metavar="VERSION",
+                   help="with a pull-request series: also apply each pull request (zero fuzz; the re-cut "
+                   "in <series>/release-VERSION/ where there is one) to that pinned release's sdist, with "
+                   "the series commit's tests and hook config beside it, and run its tests with and "
+                   "without it (must pass / fail)")
     p.add_argument("--push", action="store_true", help="push the PR branches (needs --remote)")
     p.add_argument("--remote", help="where to push: a URL or a remote name of --repo")
     common.add_index_options(p)
@@ -57,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         out=args.out, run_checks=not args.no_checks, tools=args.tools, run_tests=not args.no_tests,
         python=args.python, tests_must_run=args.tests_must_run,
         simulated_gpu=True if args.simulated_gpu else None,
-        push_to=args.remote if args.push else None,
+        push_to=args.remote if args.push else None, release_tree=args.release_tree,
     )
     if args.print_test_requirements:
         print("\n".join(prs.test_requirements(settings, options)))
@@ -88,6 +93,13 @@ def _print(report: prreport.Report) -> None:
     if report.stack_import is not None:
         print(f"  with every pull request applied: {'' if report.stack_import[0] else 'FAILED: '}"
               f"{report.stack_import[1]}")
+    if report.release_tree:
+        print(f"  release tree {report.release_tree} ({report.release_tree_seconds or 0:.0f} s):")
+        for pr in report.prs:
+            rt = pr.release_tree
+            shown = "not checked" if rt is None else (
+                f"{'ok' if rt.ok else 'FAILED ' + rt.status}{' (re-cut)' if rt.recut else ''}: {rt.detail}")
+            print(f"    {pr.patch.name}: {shown}")
     if not report.prs:
         print("  no pull request: every patch is carried downstream or waits (not proposed above)")
     for pr in report.prs:

@@ -34,6 +34,23 @@ class TestFile:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ReleaseTreeCheck:
+    """A pull request on a release's tree (``releasetree``): applied at zero fuzz, as its
+    own patch or as the re-cut kept for that release, its test files run with and without it."""
+
+    release: str  # "flashinfer-python 0.7.4"
+    recut: bool  # applied as the re-cut for the release (its code differs), not as the patch itself
+    status: str  # passed | does-not-apply | no-test | not-run | fails-with | passes-without
+    detail: str
+    tests: tuple[TestFile, ...] = ()
+    without_change: tuple[TestFile, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "passed"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class PullRequest:
     branch: prbranches.Branch
     files: tuple[str, ...] = ()
@@ -44,6 +61,7 @@ class PullRequest:
     without_change: tuple[TestFile, ...] = ()  # the same files on the commit below
     beneath: tuple[tuple[str, str], ...] = ()  # (subject, why) not proposed, below it on its branch
     checks_over: str = ""  # where the hooks ran, when not on this branch alone (once over the stack)
+    release_tree: ReleaseTreeCheck | None = None  # asked for (--release-tree): the check there
 
     @property
     def patch(self) -> Patch:
@@ -91,13 +109,20 @@ class Report:
     simulated_gpu: bool = False
     # The import of the project with every pull request applied: (ok, what it found).
     stack_import: tuple[bool, str] | None = None
+    # The release tree the pull requests were also checked on (what it is made of), or "".
+    release_tree: str = ""
+    release_tree_seconds: float | None = None
 
     @property
     def ok(self) -> bool:
         """Everything carried and built; no hook blocks; no added test fails; with
         ``tests_must_run`` every added test also ran and fails without its change; the
-        import with all of them applied loads nothing it must not."""
+        import with all of them applied loads nothing it must not; on a release tree, when
+        asked, every pull request applies and its test fails without it, passes with it."""
         if any(c.status in ("conflict", "pending") for c in self.carried):
+            return False
+        if self.release_tree and not all(pr.release_tree is not None and pr.release_tree.ok
+                                         for pr in self.prs):
             return False
         if self.stack_import is not None and not self.stack_import[0]:
             return False
@@ -207,7 +232,19 @@ def _counts(t: TestFile) -> str:
     return ", ".join(f"{n} {o}" for o, n in sorted(tally.items())) or t.outcome
 
 
-def _test_lines(pr: PullRequest, host: str) -> list[str]:
+def _release_tree_lines(pr: PullRequest, tree: str) -> list[str]:
+    """What ran on the release tree, where it ran and passed (a failed check fails the run)."""
+    check = pr.release_tree
+    if check is None or not check.ok:
+        return []
+    release = check.release.split(" ", 1)[-1]
+    how = f"as re-cut for {release}'s code" if check.recut else "this same commit"
+    return ["", f"Also checked on the {release} release tree ({tree}), {how}: "
+            + "; ".join(f"`{t.command}` fails without the change ({_counts(b)}) and passes with it ({_counts(t)})"
+                        for t, b in zip(check.tests, check.without_change, strict=False)) + "."]
+
+
+def _test_lines(pr: PullRequest, host: str, report_tree: str = "") -> list[str]:
     if not pr.tests:
         return ["- This pull request adds or changes no test file; no test ran for it."]
     lines = [f"Run on {host}; only the test files this pull request adds or changes, "
@@ -221,12 +258,18 @@ def _test_lines(pr: PullRequest, host: str) -> list[str]:
     if flagged:
         lines += ["", "Tests that pass without this change as well (they do not show the fix):",
                   *[f"- `{i}`" for i in flagged]]
+    lines += _release_tree_lines(pr, report_tree)
     skipped = sorted(i for t in pr.tests for i, o in t.cases.items() if o == "skipped")
     if skipped:
         lines += ["", f"Skipped here ({len(skipped)}; they need a GPU this host does not have): "
                   + ", ".join(f"`{i.split('::')[-1]}`" for i in skipped[:8])
                   + (" ..." if len(skipped) > 8 else "")]
     return lines
+
+
+def _tree_for_body(tree: str) -> str:
+    """The release tree as a body names it: from "<project> <version>: " on, our words only."""
+    return tree.split(": ", 1)[-1]
 
 
 def _check_lines(pr: PullRequest) -> list[str]:
@@ -272,7 +315,7 @@ def render_body(
         f"Base: {report.base_note}. Files: {len(pr.files)}, +{pr.added_lines} / -{pr.removed_lines}.",
         "", "Upstream's pre-commit hooks (at their pinned versions) on this pull request's files"
         + (f" ({pr.checks_over})" if pr.checks_over else "") + ":",
-        *_check_lines(pr), "", "Tests:", *_test_lines(pr, host)])
+        *_check_lines(pr), "", "Tests:", *_test_lines(pr, host, _tree_for_body(report.release_tree))])
     files = "\n".join(f"- `{f}`" for f in pr.files)
     fill = {
         "description": f"{prose}{stack}",
@@ -342,7 +385,13 @@ def summary_data(report: Report) -> dict[str, Any]:
             "without_change": [dataclasses.asdict(t) for t in pr.without_change],
             "passing_without_change": pr.passing_without_change(),
             "flagged_no_test_fails_without_change": pr.shows_no_fix,
+            "release_tree": None if pr.release_tree is None else {
+                "release": pr.release_tree.release, "recut": pr.release_tree.recut,
+                "status": pr.release_tree.status, "detail": pr.release_tree.detail,
+                "tests": [dataclasses.asdict(t) for t in pr.release_tree.tests],
+                "without_change": [dataclasses.asdict(t) for t in pr.release_tree.without_change]},
         } for pr in report.prs],
+        "release_tree": report.release_tree or None, "release_tree_seconds": report.release_tree_seconds,
     }
 
 
@@ -373,6 +422,14 @@ def write_summary(staging: pathlib.Path, report: Report) -> None:
         lines.append("| - | no pull request: every patch is under Not proposed | | | | | |")
     if report.stack_import is not None:
         lines += ["", f"- with every pull request applied: {report.stack_import[1]}"]
+    if report.release_tree:
+        took = f" ({report.release_tree_seconds:.0f} s)" if report.release_tree_seconds is not None else ""
+        lines += ["", f"## Release tree: {report.release_tree}{took}", ""]
+        for number, pr in enumerate(report.prs, 1):
+            rt = pr.release_tree
+            lines.append(f"- #{number} {pr.patch.subject}: " + ("not checked" if rt is None else
+                         f"{'PASSED' if rt.ok else 'FAILED ' + rt.status}"
+                         f"{' (re-cut for the release)' if rt.recut else ''}: {rt.detail}"))
     lines += ["", "## Not proposed", "", *[f"- {name}: {why}" for name, why in report.not_proposed]]
     lines += [] if report.not_proposed else ["- (none)"]
     lines += ["", "## Carry", "", *[f"- {c.patch.name}: {c.status} ({c.detail})" for c in report.carried]]

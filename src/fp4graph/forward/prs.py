@@ -8,7 +8,9 @@ carried (``prbranches.carry``) and one branch is built per pull request
 ``Depends-On:``), its commits by the user's git identity; then, per pull request and on its
 own branch, upstream's pre-commit hooks over its files and the test files it adds or
 changes, twice: on the branch, and on the commit below it with only those files taken over
-(a test that passes there too shows no fix).  ``prreport`` writes, under ``out``:
+(a test that passes there too shows no fix).  With ``release_tree``, each pull request of a
+series is also applied to that release's sdist tree and its tests run there with and
+without it (``releasetree``).  ``prreport`` writes, under ``out``:
 
     <out>/repo/                         the repository, one branch per pull request
     <out>/prs/<NN>-<topic>/PR.md        the body, on upstream's template
@@ -48,7 +50,7 @@ from ..model.series import Series, load_series, nearest_series
 from ..model.stacks import Artifact, load
 from ..wheels.fetch import fetch
 from ..wheels.index import core_metadata
-from . import checks, prbranches
+from . import checks, prbranches, releasetree
 from .prreport import PullRequest, Report, TestFile, bench_results, write_prs, write_summary
 from .sources import SourceRepo, checkout_at, clone, files_over, git, source_repo, user_identity
 
@@ -77,6 +79,7 @@ class UpstreamOptions:
     simulated_gpu: bool | None = None  # None: for a pull-request series where torch sees no GPU
     identity: tuple[str, str] | None = None  # the commits' author (default: the user's git identity)
     push_to: str | None = None  # push the branches there (a URL or a remote name of ``repo``)
+    release_tree: str | None = None  # also check each pull request on this release's tree (releasetree)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -534,21 +537,53 @@ def _check_and_test(
     results: list[checks.CheckResult] = list(checked[0]) if checked else []
     if options.run_checks and checked is None:
         results = _hooks(settings, options, source, branch.commit, branch.parent, files, hooks)
-    git(repo, "checkout", "-q", "-f", "--detach", branch.commit)
-    test_files = {f: added_tests(repo, branch.commit, f) for f in files
-                  if projects.get(source.repo.project).test_file.match(f)}
-    ran: list[TestFile] = []
-    before: list[TestFile] = []
-    if options.run_tests and test_files:
-        def run() -> list[TestFile]:
-            return run_tests(repo, test_files, source.repo.project, options.python, options.test_timeout,
-                             scratch, simulated_gpu=simulated_gpu)
-        ran = run()
-        with files_over(repo, branch.parent, branch.commit, list(test_files)):
-            before = run()
+    ran, before = (tests_with_and_without(repo, branch.commit, branch.parent, source.repo.project, options,
+                                          scratch, simulated_gpu) if options.run_tests else ([], []))
     return dataclasses.replace(pr, files=files, added_lines=added, removed_lines=removed,
                                checks=tuple(results), tests=tuple(ran), without_change=tuple(before),
                                checks_over=checked[1] if checked else "")
+
+
+def tests_with_and_without(
+    repo: pathlib.Path, commit: str, parent: str, project: str, options: UpstreamOptions,
+    scratch: pathlib.Path, simulated_gpu: bool,
+) -> tuple[list[TestFile], list[TestFile]]:
+    """The test files ``commit`` adds or changes, run on it and on ``parent`` with only
+    those files taken over (a test that passes there too shows no fix)."""
+    git(repo, "checkout", "-q", "-f", "--detach", commit)
+    changed = git(repo, "show", "--name-only", "--format=", commit).stdout.split()
+    test_files = {f: added_tests(repo, commit, f) for f in changed if projects.get(project).test_file.match(f)}
+    if not test_files:
+        return [], []
+
+    def run() -> list[TestFile]:
+        return run_tests(repo, test_files, project, options.python, options.test_timeout, scratch,
+                         simulated_gpu=simulated_gpu)
+    ran = run()
+    with files_over(repo, parent, commit, list(test_files)):
+        before = run()
+    return ran, before
+
+
+def on_release_tree(
+    settings: Settings, options: UpstreamOptions, entry: pullrequests.PullRequestSeries | None,
+    series: Series, prs: Sequence[PullRequest], identity: tuple[str, str], scratch: pathlib.Path,
+    simulated_gpu: bool,
+) -> tuple[list[PullRequest], releasetree.ReleaseTreeRun]:
+    """Each pull request checked on ``options.release_tree``'s tree (``releasetree``)."""
+    assert options.release_tree is not None and entry is not None and options.repo is not None
+    editable = projects.get(entry.project).editable_data
+
+    def prepare_tree(path: pathlib.Path) -> None:
+        if editable is not None:
+            link_editable_data(path, editable)
+
+    def tests(repo: pathlib.Path, commit: str, parent: str) -> tuple[list[TestFile], list[TestFile]]:
+        return tests_with_and_without(repo, commit, parent, entry.project, options, scratch, simulated_gpu)
+
+    run = releasetree.check(settings, series, options.release_tree, options.repo, entry.source.commit,
+                            identity, scratch, tests, prepare_tree)
+    return [dataclasses.replace(pr, release_tree=run.checks.get(pr.patch.name)) for pr in prs], run
 
 
 def _template(repo: pathlib.Path, commit: str, project: str) -> tuple[str, str]:
@@ -566,6 +601,11 @@ def prepare(settings: Settings, options: UpstreamOptions, out: pathlib.Path) -> 
     projects.get(options.project)  # an unknown project fails here, naming the known ones
     identity = options.identity or user_identity(where=options.repo)
     entry = _series_entry(settings, options)
+    if options.release_tree is not None and entry is None:
+        raise ConfigError(f"--release-tree {options.release_tree}: checks a pull-request series; "
+                          "pass --repo CLONE and no --version")
+    if options.release_tree is not None and not options.run_tests:
+        raise ConfigError(f"--release-tree {options.release_tree}: runs the pull requests' tests; drop --no-tests")
     simulated_gpu = (options.simulated_gpu if options.simulated_gpu is not None
                      else entry is not None and options.run_tests and not _torch_sees_a_gpu(options.python))
     with atomic_directory(out, replace=True) as staging:
@@ -589,6 +629,10 @@ def prepare(settings: Settings, options: UpstreamOptions, out: pathlib.Path) -> 
         prs = [_check_and_test(settings, options, source, pr, hooks, scratch, simulated_gpu,
                                checked.get(pr.branch.name))
                for pr in proposed]
+        tree: releasetree.ReleaseTreeRun | None = None
+        if options.release_tree is not None:
+            prs, tree = on_release_tree(settings, options, entry, source.series, prs, identity, scratch,
+                                        simulated_gpu)
         built = [pr.branch.name for pr in prs if pr.branch.commit is not None]
         git(source.repo.path, "checkout", "-q", "-f", *([built[-1]] if built else ["--detach", source.target]))
         imported = (stack_import(source, top, options.python, scratch, simulated_gpu=simulated_gpu)
@@ -601,6 +645,7 @@ def prepare(settings: Settings, options: UpstreamOptions, out: pathlib.Path) -> 
             checks_source=checks_source if options.run_checks else "not run (--no-checks)",
             template_source=template_source, tests_must_run=options.tests_must_run,
             simulated_gpu=simulated_gpu, stack_import=imported,
+            release_tree=tree.tree if tree else "", release_tree_seconds=tree.seconds if tree else None,
         )
         write_prs(staging, report, template, bench_results(settings.repo),
                   _host_note(options.python, simulated_gpu))

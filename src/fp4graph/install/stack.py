@@ -34,7 +34,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 
-from ..model import families
+from ..model import families, series
 from ..model.config import Settings
 from ..model.errors import Fp4graphError
 from ..model.locks import Lock, lock_path, read
@@ -142,7 +142,8 @@ if missing:
 
 def smoke_checks(architectures: Sequence[str], *, fp4_warmup: bool = True) -> list[SmokeCheck]:
     """What sglang's server imports at start, as separate checks; ``fp4_warmup``: the
-    stack's flashinfer is ours (a stack that serves it pristine has no ``fp4_warmup``)."""
+    stack's flashinfer is ours with the ``fp4-warmup`` topic (pristine, or 0.6.11.post1's
+    CUDA-version-only series, has no ``fp4_warmup``)."""
     warmup = [SmokeCheck(name="flashinfer.fp4_warmup",
                          code="from flashinfer import fp4_warmup; assert callable(fp4_warmup); print(fp4_warmup)")]
     return [
@@ -470,9 +471,15 @@ def sglang_version(pins: Sequence[str]) -> str:
     raise InstallError(f"pins {' '.join(pins)} hold no sglang: `install` is for stacks with sglang")
 
 
-def flashinfer_patched(pins: Sequence[str]) -> bool:
-    """Whether a stack's pins hold our flashinfer-python (``+fp4graph.N``), not pristine's."""
-    return any(p.startswith("flashinfer-python==") and "+fp4graph." in p for p in pins)
+def flashinfer_has_warmup(patches_dir: pathlib.Path, pins: Sequence[str]) -> bool:
+    """Whether a stack's pins hold our flashinfer-python (``+fp4graph.N``) and its series
+    carries ``fp4-warmup`` (``flashinfer.fp4_warmup``)."""
+    for pin in pins:
+        if pin.startswith("flashinfer-python==") and "+fp4graph." in pin:
+            version = pin.removeprefix("flashinfer-python==").split("+", 1)[0]
+            found = series.load_series(patches_dir, "flashinfer-python", version)
+            return found is not None and "fp4-warmup" in found.topics
+    return False
 
 
 def options_for(
@@ -508,7 +515,8 @@ def options_for(
         extra_index_urls=tuple(extra_index_urls if extra_index_urls is not None else
                                (() if index_url else (PYPI,))),
         installer=installer, checks=tuple(smoke_checks(families.architectures(sglang_version(pins)),
-                                                      fp4_warmup=flashinfer_patched(pins))),
+                                                      fp4_warmup=flashinfer_has_warmup(
+                                                          settings.patches_dir, pins))),
         extra_checks=tuple(extra_checks), env=tuple(env), log_file=log_file, upgrade_pip=upgrade_pip,
         pins_as_built=as_built,
     )

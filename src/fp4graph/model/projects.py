@@ -135,6 +135,9 @@ def _public_functions_use_ops(members: tuple[str, ...], *functions: str) -> tupl
     )
 
 
+# The flashinfer series that make the fp4 entry points traceable: all but 0.6.11.post1's.
+_TRACING_SERIES = SpecifierSet("!=0.6.11.post1")
+
 FLASHINFER = Project(
     name="flashinfer-python",
     github="flashinfer-ai/flashinfer",
@@ -142,15 +145,22 @@ FLASHINFER = Project(
     layout=Layout(""),
     version_file="flashinfer/_build_meta.py",
     source_commit=("flashinfer/_build_meta.py", re.compile(r'^__git_version__ = "([0-9a-f]{40})"$', re.M)),
-    # What docs/coverage.md promises for every flashinfer series.
+    # What docs/coverage.md promises for every flashinfer series.  0.6.11.post1's serves
+    # only sglang 0.5.12.post1, which wraps fp4_quantize in its own op and traces every
+    # NVFP4 family on pristine flashinfer: its series is the CUDA-version fix alone.
     required_topics=(
         RequiredTopic(name="cuda-version", why="runtime checks read torch.version.cuda, not nvcc"),
-        RequiredTopic(name="fp4-quantize-ops", why="the fp4 quantize entry points trace as ops"),
-        RequiredTopic(name="mm-fp4-op", why="mm_fp4 traces as an op"),
-        RequiredTopic(name="api-logging", why="@flashinfer_api logging does not break tracing"),
-        RequiredTopic(name="fp4-warmup", why="flashinfer.fp4_warmup and the JIT-while-tracing error"),
-        RequiredTopic(name="cutlass-moe-op", why="cutlass_fused_moe traces as an op"),
-        RequiredTopic(name="trtllm-moe-ops", why="trtllm_fp4_block_scale_(routed_)moe trace as ops"),
+        RequiredTopic(name="fp4-quantize-ops", why="the fp4 quantize entry points trace as ops",
+                      versions=_TRACING_SERIES),
+        RequiredTopic(name="mm-fp4-op", why="mm_fp4 traces as an op", versions=_TRACING_SERIES),
+        RequiredTopic(name="api-logging", why="@flashinfer_api logging does not break tracing",
+                      versions=_TRACING_SERIES),
+        RequiredTopic(name="fp4-warmup", why="flashinfer.fp4_warmup and the JIT-while-tracing error",
+                      versions=_TRACING_SERIES),
+        RequiredTopic(name="cutlass-moe-op", why="cutlass_fused_moe traces as an op",
+                      versions=_TRACING_SERIES),
+        RequiredTopic(name="trtllm-moe-ops", why="trtllm_fp4_block_scale_(routed_)moe trace as ops",
+                      versions=_TRACING_SERIES),
         # Without it a +fp4graph build does not import beside flashinfer-cubin of its release
         # (0.6.x raises; 0.7.x ignores the cubin and jit-cache packages), which sglang pins.
         RequiredTopic(name="kernel-package-version",

@@ -8,6 +8,11 @@ It is made and refreshed with the release series' own round trip
 (``rebase PROJECT <version> <series> --repo CLONE``, resolve, ``refresh``), and
 ``upstream PROJECT --repo CLONE`` builds its branches.
 
+A patch whose release's code differs from the series' commit keeps a re-cut for that
+release beside it, under the same file name in ``<series>/release-<version>/``
+(``recut_dir``): what ``upstream PROJECT --repo CLONE --release-tree VERSION`` applies
+there instead (``forward.releasetree``).
+
 Each patch may name the pull requests it needs, by topic, on a ``Depends-On:`` line of
 its header: its branch then holds them below it; without one it sits on the upstream
 commit alone.
@@ -28,6 +33,7 @@ from .series import Patch, Series, split_topics
 from .stacks import read
 
 TABLE = "pull-requests"
+RECUTS = "release-{version}"
 DEPENDS_FIELD = "Depends-On"
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
@@ -138,3 +144,30 @@ def closure(patches: Sequence[Patch], index: int) -> list[int]:
         needed.add(i)
         todo.extend(by_topic[t] for t in depends_on(patches[i]) if t in by_topic)
     return sorted(needed)
+
+
+def recut_dir(series: Series, version: str) -> pathlib.Path:
+    """Where the re-cuts of ``series``' patches for release ``version`` live."""
+    return series.directory / RECUTS.format(version=version)
+
+
+def recut_problems(series: Series) -> list[str]:
+    """Each re-cut that is no re-cut of a patch of ``series`` (named as one, same topics)."""
+    problems = []
+    by_name = {p.name: p for p in series.patches}
+    for directory in sorted(series.directory.glob(RECUTS.format(version="*"))):
+        for path in sorted(directory.iterdir()):
+            mine = by_name.get(path.name)
+            if mine is None:
+                problems.append(f"{path}: names no patch of {series.directory.name} (a re-cut for a "
+                                "release keeps its patch's file name)")
+                continue
+            try:
+                recut = Patch.load(path)
+            except ConfigError as exc:
+                problems.append(str(exc))
+                continue
+            if recut.topics != mine.topics:
+                problems.append(f"{path}: topic {recut.topic!r}, but its patch's is {mine.topic!r}")
+            problems.extend(f"{path}: {p}" for p in recut.header_problems())
+    return problems

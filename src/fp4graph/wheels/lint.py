@@ -89,6 +89,7 @@ def _topic_problems(
         problems.extend(series.refusals(topics=not for_prs))
         if for_prs:
             problems.extend(pullrequests.dependency_problems(series))
+            problems.extend(pullrequests.recut_problems(series))
     except ConfigError as exc:  # a project the registry does not know
         problems.append(f"{where}: {exc}")
     root = str(patches_dir.parent) + "/"
