@@ -117,11 +117,11 @@ def publish_for_scheduler(server_args: Any, tp_rank: int) -> None:
 
 
 def resolved(server_args: Any) -> Any:
-    """What the release decided for ``server_args``: the record itself up to 0.5.19
-    (``__post_init__`` wrote its fields); from 0.5.20 the fields keep the input and the
-    decisions are declarations (``server_args.py:253`` ``resolve_once``), read through
-    the release's own view (``arg_groups/model_override_base.py:137``)."""
-    if dataclasses.is_dataclass(server_args):
+    """What the release decided for ``server_args``: the record itself up to 0.5.18
+    (``__post_init__`` wrote its fields); from 0.5.19 the fields keep the input and the
+    decisions are declarations (0.5.20 ``server_args.py:253`` ``resolve_once``), read
+    through the release's own view (``arg_groups/model_override_base.py:137``)."""
+    if not hasattr(server_args, "resolve_once"):
         return server_args
     from sglang.srt.arg_groups.model_override_base import resolving_view
 

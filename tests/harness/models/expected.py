@@ -353,6 +353,13 @@ PRISTINE_RELEASES: dict[str, PristineRelease] = {
         default_prefill=_BREAKABLE,
         families={**_ALL_WORK, "glm5": _GLM5_0517, "deepseek-v3.2": _V32_0518},
     ),
+    # 0.5.19 (resolve_once, the runtime context): every family traces; GLM-5 stops in the
+    # harness as on 0.5.17 (quant_k_cache.py:210).
+    "0.5.19": PristineRelease(
+        flashinfer="0.6.18", torch="2.13.0", transformers="5.12.1",
+        default_prefill=_BREAKABLE,
+        families={**_ALL_WORK, "glm5": _GLM5_0517},
+    ),
     "0.5.20": PristineRelease(
         flashinfer="0.6.18", torch="2.13.0", transformers="5.12.1",
         default_prefill=_BREAKABLE, families=_FROM_0520,
