@@ -19,6 +19,8 @@ from harness.models.parallel_world import WORLD, init_parallel_state
 class Built:
     model: Any
     runner: Any
+    # What the release decided: its ServerArgs, or from 0.5.19 its resolving view
+    # (case_server_args.resolved); the runner holds the record itself.
     server_args: Any
     model_config: Any
     quant_methods: dict[str, str]
