@@ -11,9 +11,10 @@ the b12x GEMM / fused-MoE CUDA-13 requirement.  A DGX Spark peer patches it to r
 release (the flashinfer-python releases pinned in patches/stacks.toml without a series):
 nvcc runs, what it answers, what those decisions become, and whether a function that asks
 it can be traced by ``torch.compile(fullgraph=True)`` (the peer's symptom).  Our series
-(0.6.x revision 3+, ``cuda-version``) split the reading: test_cuda_version.py.  0.6.11.post1's
-series (``sm120-nvcc-12-8``, the backport of flashinfer #3633, with ``cuda-version``) is
-checked here pristine beside patched with nvcc 12.8: test_nvcc_12_8_beside_torch_cu130.
+(0.6.x revision 3+, ``cuda-version``) split the reading: test_cuda_version.py.  The series
+with ``sm120-nvcc-12-8`` (the backport of flashinfer #3633: 0.6.7.post2 ... 0.6.11.post1) are
+checked here with nvcc 12.8, pristine and the revision before the backport beside patched,
+all in one child: test_nvcc_12_8_beside_torch_cu130.
 
 Stand-ins: ``nvcc`` under CUDA_HOME, a script that logs its call and prints the version it is
 told to (absent: CUDA_HOME without ``bin/nvcc``); ``torch.version.cuda`` ``13.0`` (torch
@@ -21,19 +22,22 @@ told to (absent: CUDA_HOME without ``bin/nvcc``); ``torch.version.cuda`` ``13.0`
 (``fp4graph.verify.simulate``); ``cute_dsl`` availability (b12x's check needs
 nvidia-cutlass-dsl, not installed here: forced true); while tracing, ``torch.cuda.is_available``
 false (Dynamo saves the CUDA RNG state of a device a CPU build has not).  One child per
-release, a fork per case.
+release for the pristine lookups, one for every nvcc-12.8 pair; a fork per case.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
+import shutil
 from typing import Any
 
 import pytest
 from packaging.version import Version
 
-from fp4graph.model import series
+from fp4graph.model import projects, series
 from fp4graph.model.stacks import load
+from fp4graph.wheels.apply import apply_patch
 from harness.child import CaseReport, run_forked
 from harness.targets import full_matrix, versions_with_topic
 from harness.toolkits import fake_cuda_home
@@ -43,6 +47,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 TORCH_CUDA = "13.0"
 TOOLKITS = ("none", "12.8", "13.0")
 GPUS = ("sm120", "sm121")
+FIX = "sm120-nvcc-12-8"
 
 CHILD = r"""
 import io, logging, os, re, sys, types
@@ -84,6 +89,8 @@ def case(request):
         out["fp4_module"] = [built[0].name, sorted(set(re.findall(r"compute_\w+", flags)))]
     except Exception as exc:
         out["fp4_module"] = type(exc).__name__ + ": " + str(exc).splitlines()[0]
+    if not request["full"]:
+        return out  # b12x and its mm_fp4 order exist from 0.6.11
     device = types.SimpleNamespace(device=torch.device("cuda", 0))
     out["mm_fp4_auto"] = gemm_base._heuristic_func_mm_fp4(["cudnn", "cutlass", "b12x"], device, None, None, None)
     gemm_base._check_cute_dsl_availability = lambda: None
@@ -97,8 +104,6 @@ def case(request):
     def asks(x):
         return x + 1 if cpp_ext.is_cuda_version_at_least("12.8") else x
 
-    if not request["trace"]:
-        return out
     before = calls()
     torch.cuda.is_available = lambda: False  # Dynamo would save the (absent) CUDA RNG state
     try:
@@ -113,7 +118,31 @@ def case(request):
 
 def fixed_releases() -> list[str]:
     """The releases whose series gives SM120 a target with nvcc 12.8 (the #3633 backport)."""
-    return versions_with_topic(PROJECT, "sm120-nvcc-12-8")
+    return versions_with_topic(PROJECT, FIX)
+
+
+def link_or_copy(source: str, dest: str) -> None:
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copy2(source, dest)
+
+
+def previous_revision_tree(version: str, pristine: pathlib.Path, dest: pathlib.Path) -> pathlib.Path | None:
+    """The tree of the revision before the backport: the pristine tree with the series'
+    other patches applied (as the engine applies them; it would refuse the series, which
+    lacks a required topic); None where the backport came with the first series (the
+    revision before is the pristine wheel)."""
+    if load(REPO / "patches" / "stacks.toml").artifact(PROJECT, version).revision == 1:
+        return None
+    current = series.load_series(REPO / "patches", PROJECT, version)
+    assert current is not None, f"patches/{PROJECT}/{version}: no series"
+    assert FIX in current.patches[-1].topics, f"{version}: the backport is not the last patch"
+    kept = [p for p in current.patches if FIX not in p.topics]
+    shutil.copytree(pristine, dest, copy_function=link_or_copy)  # git apply replaces, never edits
+    for patch in kept:
+        apply_patch(patch, dest, projects.get(PROJECT).layout)
+    return dest
 
 
 def releases() -> list[str]:
@@ -130,22 +159,29 @@ def releases() -> list[str]:
 def results(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     done: dict[str, dict[str, CaseReport]] = {}
 
-    def get(version: str, *, trees: tuple[str, ...] = ("pristine",), toolkits: tuple[str, ...] = TOOLKITS,
-            trace: bool = True) -> dict[str, CaseReport]:
-        """Reports named "<tree> <gpu> nvcc=<toolkit>": one child, a fork per case (each
-        fork imports the tree it is given)."""
-        key = f"{version} {','.join(trees)} nvcc={','.join(toolkits)} trace={trace}"
+    def get(versions: tuple[str, ...], *, trees: tuple[str, ...] = ("pristine",),
+            toolkits: tuple[str, ...] = TOOLKITS, full: bool = True) -> dict[str, CaseReport]:
+        """Reports named "<version> <tree> <gpu> nvcc=<toolkit>": one child for all the
+        versions, a fork per case (each fork imports the tree it is given); ``full`` adds
+        the runtime decisions and the trace."""
+        key = f"{','.join(versions)} {','.join(trees)} nvcc={','.join(toolkits)} full={full}"
         if key not in done:
-            root = tmp_path_factory.mktemp(f"cuda-lookup-{version}")
             requests = {}
-            for kind in trees:
-                tree = wheel_tree(PROJECT, version, patched=kind == "patched")
-                for gpu in GPUS:
-                    for nvcc in toolkits:
-                        name = f"{kind} {gpu} nvcc={nvcc}"
-                        requests[name] = {"tree": str(tree), "torch": TORCH_CUDA, "gpu": gpu,
-                                          "cuda_home": str(fake_cuda_home(root / kind / gpu, nvcc)),
-                                          "log": str(root / f"{kind}-{gpu}-{nvcc}.log"), "trace": trace}
+            for version in versions:
+                root = tmp_path_factory.mktemp(f"cuda-lookup-{version}")
+                for kind in trees:
+                    tree = (previous_revision_tree(version, wheel_tree(PROJECT, version, patched=False),
+                                                   root / "previous-tree") if kind == "previous"
+                            else wheel_tree(PROJECT, version, patched=kind == "patched"))
+                    if tree is None:
+                        continue
+                    # The revision before differs from pristine on SM120 alone (SM121: no target either way).
+                    for gpu in GPUS[:1] if kind == "previous" else GPUS:
+                        for nvcc in toolkits:
+                            requests[f"{version} {kind} {gpu} nvcc={nvcc}"] = {
+                                "tree": str(tree), "torch": TORCH_CUDA, "gpu": gpu,
+                                "cuda_home": str(fake_cuda_home(root / kind / gpu, nvcc)),
+                                "log": str(root / f"{kind}-{gpu}-{nvcc}.log"), "full": full}
             done[key] = run_forked(CHILD, requests)
         return done[key]
 
@@ -158,11 +194,11 @@ def results(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.mark.parametrize("version", releases())
 def test_pristine_lookups(results: Any, version: str) -> None:
     """What pristine does with each toolkit (the peer's failure: nvcc, not PyTorch's CUDA)."""
-    cases = results(version)
+    cases = results((version,))
     for name, report in cases.items():
         assert report.crash is None, report.describe()
         assert report["version"] == version, report.describe()
-        gpu, nvcc = name.removeprefix("pristine ").split(" nvcc=")
+        gpu, nvcc = name.removeprefix(f"{version} pristine ").split(" nvcc=")
         # nvcc runs at import on SM12x (CompilationContext), answered or fallen back.
         assert report["nvcc_at_import"] == (0 if nvcc == "none" else 1), report.describe()
         seen = TORCH_CUDA if nvcc == "none" else nvcc
@@ -194,19 +230,28 @@ def test_pristine_lookups(results: Any, version: str) -> None:
 def test_nvcc_12_8_beside_torch_cu130(results: Any, version: str) -> None:
     """A system nvcc 12.8 beside PyTorch's CUDA 13.0 (the Spark peer's finding): pristine,
     import runs nvcc, SM12x gets no target and fp4_quantize's JIT build fails with the
-    misleading "requires GPUs with sm75 or higher"; patched, import runs no nvcc, SM120
-    builds fp4_quantize for compute_120a (what nvcc 12.8 has), and SM121, which nvcc 12.8
-    cannot target, says so and names the empty target list."""
-    cases = results(version, trees=("pristine", "patched"), toolkits=("12.8",), trace=False)
+    misleading "requires GPUs with sm75 or higher"; so does the revision before the
+    backport (its series without it; import runs no nvcc there); patched, import runs no
+    nvcc, SM120 builds fp4_quantize for compute_120a (what nvcc 12.8 has), and SM121, which
+    nvcc 12.8 cannot target, says so and names the empty target list."""
+    # Every fixed release in one child (one torch import), whichever the test runs first.
+    cases = results(tuple(fixed_releases()), trees=("pristine", "previous", "patched"), toolkits=("12.8",),
+                    full=False)
     for gpu in GPUS:
-        before, after = cases[f"pristine {gpu} nvcc=12.8"], cases[f"patched {gpu} nvcc=12.8"]
-        for report in (before, after):
+        after = cases[f"{version} patched {gpu} nvcc=12.8"]
+        # Where the first series brought the backport (0.6.11.post1), the revision before is pristine.
+        had_previous = load(REPO / "patches" / "stacks.toml").artifact(PROJECT, version).revision > 1
+        unfixed = [cases[f"{version} {kind} {gpu} nvcc=12.8"] for kind in ("pristine", "previous")
+                   if f"{version} {kind} {gpu} nvcc=12.8" in cases]
+        assert len(unfixed) == (2 if gpu == "sm120" and had_previous else 1), list(cases)
+        for report in (*unfixed, after):
             assert report.crash is None, report.describe()
             assert report["version"].split("+")[0] == version, report.describe()
             assert report["get_cuda_version"] == "12.8", report.describe()
-        assert before["nvcc_at_import"] == 1, before.describe()
-        assert before["archs"] == [], before.describe()
-        assert before["fp4_module"] == "RuntimeError: FlashInfer requires GPUs with sm75 or higher", before.describe()
+        for report in unfixed:
+            assert report["archs"] == [], report.describe()
+            assert report["fp4_module"] == "RuntimeError: FlashInfer requires GPUs with sm75 or higher", report.describe()
+        assert unfixed[0]["nvcc_at_import"] == 1, unfixed[0].describe()
         assert after["nvcc_at_import"] == 0, after.describe()
         if gpu == "sm120":
             assert after["archs"] == ["12.0a"], after.describe()

@@ -74,7 +74,7 @@ def ci_release() -> simulation.SglangStack:
     ``harness_gap``, would leave CI checking a harness error)."""
     def measured(target: simulation.SglangStack) -> bool:
         row = expected.pristine_release(target.sglang)
-        return all(not row.families[name].harness_gap for name in CI_FAMILIES if name in row.families)
+        return all(row.families[name].works for name in CI_FAMILIES if name in row.families)
 
     return [t for t in RELEASES if measured(t) and simulation.python_for(expected.pristine_release(t.sglang).torch)
             == sys.executable][-1]
@@ -154,6 +154,10 @@ def test_pristine_release(request: pytest.FixtureRequest, wheel_tree: Any, targe
                           case: Case) -> None:
     outcome = expected.pristine_release(target.sglang).families[case.family].on(case.gpu)
     report = report_of(request, wheel_tree, target, case)
+    if expected.pristine_release(target.sglang).no_piecewise:  # 0.5.22+: the selection is refused
+        text = report.get("error_text", "") + report.get("traceback", "")
+        assert not report["ok"] and outcome.error in text and outcome.where in text, describe(report)
+        return
     assert report["stage"] != "build", describe(report)
     # The release's own decision, with the family's row as a user starts it (no enforce flag).
     assert report["piecewise_by_default"] is (not outcome.piecewise_off), describe(report)

@@ -150,6 +150,10 @@ FLASHINFER = Project(
     # NVFP4 family on pristine flashinfer: its series is the CUDA-version fix alone.
     required_topics=(
         RequiredTopic(name="cuda-version", why="runtime checks read torch.version.cuda, not nvcc"),
+        # Upstream's "SM 12.x requires CUDA >= 12.9" rule (pristine 0.6.7.post2 ... 0.6.11.post1;
+        # 0.6.1 and 0.6.3 ask no nvcc; flashinfer #3633 from 0.7.1): no SM12x target with nvcc 12.8.
+        RequiredTopic(name="sm120-nvcc-12-8", why="SM120 builds for compute_120a with nvcc 12.8",
+                      versions=SpecifierSet(">=0.6.7,<0.7.1")),
         RequiredTopic(name="fp4-quantize-ops", why="the fp4 quantize entry points trace as ops",
                       versions=_TRACING_SERIES),
         RequiredTopic(name="mm-fp4-op", why="mm_fp4 traces as an op", versions=_TRACING_SERIES),

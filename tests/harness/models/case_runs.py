@@ -46,14 +46,13 @@ def all_reduce_paths(case: dict[str, Any]) -> dict[str, Any]:
     import torch
     from sglang.srt.compilation.piecewise_context_manager import enable_piecewise_cuda_graph
     from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.distributed import get_tp_group
-    from sglang.srt.server_args import set_global_server_args_for_scheduler
+    from sglang.srt.distributed.parallel_state import get_tp_group
 
     path = case_server_args.write_checkpoint_dir(case["family"], interpreter.STATE["tmp"])
     server_args = case_server_args.server_args_for(case, path)
-    set_global_server_args_for_scheduler(server_args)
+    case_server_args.publish_for_scheduler(server_args, WORLD["rank"] if server_args.tp_size > 1 else 0)
     model_config = ModelConfig.from_server_args(server_args)
-    init_parallel_state(server_args, model_config)
+    init_parallel_state(case_server_args.resolved(server_args), model_config)
     stand_ins.run_split_op_bodies([*COLLECTIVE_OPS, "sglang.inplace_all_reduce"], COLLECTIVE_OP_CALLS)
     group = get_tp_group()
     ca = group.ca_comm

@@ -392,7 +392,7 @@ NO_TENSOR_OPS: dict[str, Callable[..., Any]] = {
 
 def report() -> dict[str, Any]:
     """What the ranks' group coordinators chose, and the collectives run so far."""
-    from sglang.srt.distributed import get_tp_group
+    from sglang.srt.distributed.parallel_state import get_tp_group
 
     tp = get_tp_group()
     ca = getattr(tp, "ca_comm", None)

@@ -116,7 +116,7 @@ class Outcome:
 
     ``error`` empty: works pristine (0 graph breaks, the fp4 ops in captured pieces);
     otherwise the first error's text holds ``error`` and its traceback ``where``
-    (``file", line N``).  ``piecewise_off``: the release's own decision that keeps the
+    (``file", line N``; the harness's own, ``harness``: not measured).  ``piecewise_off``: the release's own decision that keeps the
     family out of piecewise unless enforced (file:line); the family is traced as if it
     were on (``--enforce-piecewise-cuda-graph``)."""
 
@@ -149,13 +149,16 @@ WORKS = Outcome()
 class PristineRelease:
     """An sglang release measured pristine: its pins (from the wheel's METADATA, checked
     against it), the prefill CUDA graph backend it starts with, and one
-    :class:`Outcome` per family it has (``fp4graph.model.families``)."""
+    :class:`Outcome` per family it has (``fp4graph.model.families``).  ``no_piecewise``:
+    the release refuses torch.compile piecewise itself (file:line); every family is
+    not applicable, and its outcome is that refusal."""
 
     flashinfer: str
     torch: str
     transformers: str
     default_prefill: str
     families: Mapping[str, Outcome]
+    no_piecewise: str = ""
 
 
 # sglang 0.5.12.post1 wraps flashinfer.fp4_quantize in its own op (fp4_utils.py) and turns
@@ -229,6 +232,17 @@ _GLM5_0518 = dataclasses.replace(
     sm121=dataclasses.replace(_GLM5_0517_SM121, where='srt/layers/attention/dsa_backend.py", line 2133'),
 )
 
+# 0.5.19 / 0.5.20: GLM-5 stops in the harness at its first capture: FlashInfer 0.6.18's
+# SM120 sparse MLA has decode kernels for the real model's head counts only, and the
+# family's downsized config has 4 heads (mla/_sparse_mla_sm120.py:394, "no decode kernel
+# for this shape: ... num_heads=4").  Not measured.
+_GLM5_SHAPE = Outcome(
+    error="SM120 sparse-MLA has no decode kernel for this shape",
+    where='flashinfer/mla/_sparse_mla_sm120.py", line 394',
+    harness_gap="the family's downsized GLM-5 (4 attention heads) has no FlashInfer 0.6.18 SM120 "
+                "sparse MLA decode kernel (mla/_sparse_mla_sm120.py:394)",
+)
+
 # 0.5.18: DeepSeek-V3.2's attention split op body reaches FlashInfer 0.6.17's trtllm MLA
 # decode, which imports the CuTe DSL (nvidia-cutlass-dsl, pinned by the release, absent
 # from the test venv).
@@ -249,6 +263,42 @@ def _mla_off(where: str, dsa: Outcome = WORKS) -> dict[str, Outcome]:
 
 
 NSA_NAMES = ("glm5", "deepseek-v3.2")
+
+# 0.5.20+: the prefill default is `breakable` (no torch.compile); selected, tc_piecewise
+# traces each MoE layer (and DeepSeek's MLA) into layers/attention/dsa/utils.py:118
+# is_dsa_enable_prefill_cp, whose is_musa() (lru_cache, which Dynamo traces through) imports
+# torchada, a package sglang does not require: Dynamo's "Import failure", an error under
+# fullgraph, before any MoE op.  Llama and Qwen3 never ask.
+_IMPORT_TORCHADA = Outcome(error="Import failure", where='srt/utils/common.py", line 227')
+# 0.5.22+ removed tc_piecewise: --cuda-graph-backend-prefill refuses it
+# (model_executor/cuda_graph_config.py:240 parse_cuda_graph_backend_arg), as does
+# --cuda-graph-config (:185); the backend module stays, unreachable.
+_REMOVED = Outcome(error="tc_piecewise was removed", where='model_executor/cuda_graph_config.py", line 240')
+_NO_PIECEWISE = "`--cuda-graph-backend-prefill tc_piecewise` refused (`model_executor/cuda_graph_config.py:240`)"
+_FROM_0520 = {
+    "llama": WORKS, "qwen3": WORKS, "qwen3-moe": _IMPORT_TORCHADA, "deepseek-v3": _IMPORT_TORCHADA,
+    "deepseek-v3-no-fusion": _IMPORT_TORCHADA, "glm4-moe": _IMPORT_TORCHADA,
+    "deepseek-v3.2": _IMPORT_TORCHADA,
+    "glm5": _GLM5_SHAPE,
+}
+
+# 0.5.21: the same torchada import (srt/utils/common.py:226, from dsa/utils.py:117, reached
+# through layers/layer_boundary/layout.py:173).  Qwen3's model forward has no annotations,
+# and tc_piecewise infers the dynamic dims from them (srt/compilation/compile.py:125, from
+# runner_backend/tc_piecewise_cuda_graph_backend.py:146): no dims, no compile.
+_IMPORT_TORCHADA_0521 = Outcome(error="Import failure", where='srt/utils/common.py", line 226')
+_FROM_0521 = {
+    **dict.fromkeys(("qwen3-moe", "deepseek-v3", "deepseek-v3-no-fusion", "glm4-moe"), _IMPORT_TORCHADA_0521),
+    "llama": WORKS,
+    "qwen3": Outcome(error="No dynamic dims inferred", where='srt/compilation/compile.py", line 125'),
+    # The simulation stops first: the DSA backend asks the JIT top-k module for its cluster
+    # occupancy (kernels/jit/utils/occupancy.py:31), a device query the no-op JIT module of
+    # the stand-in answers with None.  Not measured.
+    **dict.fromkeys(NSA_NAMES, Outcome(
+        error="int() argument must be", where='jit/utils/occupancy.py", line 31',
+        harness_gap="the stand-in's no-op JIT module answers the top-k module's cluster-occupancy "
+                    "query (kernels/jit/utils/occupancy.py:31) with None")),
+}
 
 PRISTINE_RELEASES: dict[str, PristineRelease] = {
     # 0.5.12 (the same pins as 0.5.12.post1, which changed DeepSeek-V4 and speculative
@@ -320,6 +370,31 @@ PRISTINE_RELEASES: dict[str, PristineRelease] = {
         flashinfer="0.6.17", torch="2.13.0", transformers="5.12.1",
         default_prefill=_BREAKABLE,
         families={**_ALL_WORK, "glm5": _GLM5_0518, "deepseek-v3.2": _V32_0518},
+    ),
+    # 0.5.19 (resolve_once, the runtime context): every family traces; GLM-5 stops in the
+    # harness (_GLM5_SHAPE).
+    "0.5.19": PristineRelease(
+        flashinfer="0.6.18", torch="2.13.0", transformers="5.12.1",
+        default_prefill=_BREAKABLE,
+        families={**_ALL_WORK, "glm5": _GLM5_SHAPE},
+    ),
+    "0.5.20": PristineRelease(
+        flashinfer="0.6.18", torch="2.13.0", transformers="5.12.1",
+        default_prefill=_BREAKABLE, families=_FROM_0520,
+    ),
+    "0.5.21": PristineRelease(
+        flashinfer="0.6.18", torch="2.13.0", transformers="5.12.1",
+        default_prefill=_BREAKABLE, families=_FROM_0521,
+    ),
+    "0.5.22": PristineRelease(
+        flashinfer="0.7.1", torch="2.14.1", transformers="5.19.0",
+        default_prefill="`breakable` (no torch.compile); `tc_piecewise` removed",
+        families=dict.fromkeys(_FROM_0520, _REMOVED), no_piecewise=_NO_PIECEWISE,
+    ),
+    "0.5.23": PristineRelease(
+        flashinfer="0.7.2", torch="2.14.1", transformers="5.19.0",
+        default_prefill="`breakable` (no torch.compile); `tc_piecewise` removed",
+        families=dict.fromkeys(_FROM_0520, _REMOVED), no_piecewise=_NO_PIECEWISE,
     ),
 }
 

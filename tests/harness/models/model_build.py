@@ -12,13 +12,15 @@ from typing import Any
 from harness.models import case_server_args, interpreter
 from harness.models.fake_device import device_tensors_fake, fake_mode, host_is_device, to_fake_cuda
 from harness.models.memory_pools import dsa_name, memory_pools, nsa_memory_pools
-from harness.models.parallel_world import init_parallel_state
+from harness.models.parallel_world import WORLD, init_parallel_state
 
 
 @dataclasses.dataclass
 class Built:
     model: Any
     runner: Any
+    # What the release decided: its ServerArgs, or from 0.5.19 its resolving view
+    # (case_server_args.resolved); the runner holds the record itself.
     server_args: Any
     model_config: Any
     quant_methods: dict[str, str]
@@ -93,14 +95,15 @@ def quant_methods(model: Any) -> dict[str, str]:
 def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
     """``ModelRunner.__new__`` with the attributes its ``__init__`` sets for this rank."""
     import torch
-    from sglang.srt.distributed import get_pp_group, get_tp_group
+    from sglang.srt.distributed.parallel_state import get_pp_group, get_tp_group
     from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     runner = ModelRunner.__new__(ModelRunner)
+    record, server_args = server_args, case_server_args.resolved(server_args)
     req_to_token, kv, allocator = memory_pools(server_args, model_config, model_config.dtype)
     attrs = dict(
-        server_args=server_args,
+        server_args=record,
         model_config=model_config,
         model=model,
         device="cuda",
@@ -164,6 +167,9 @@ def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
         init_new_workspace=False,
         war_fastpath_read_done_event=None,
         attention_chunk_size=getattr(model_config, "attention_chunk_size", None),
+        # 0.5.20+ (model_runner.py:374, :381): no MTP draft pools, no elastic-EP rescale
+        mtp_draft_device_pools=(),
+        _pending_elastic_scale_update=None,
     )
     import sglang.srt.model_executor.model_runner as model_runner_module
 
@@ -177,28 +183,40 @@ def model_runner(server_args: Any, model_config: Any, model: Any) -> Any:
     if hasattr(runner, "maybe_init_ngram_embedding"):
         with fake_mode():
             runner.maybe_init_ngram_embedding()
-    if "ps" in inspect.signature(ModelRunner.__init__).parameters:  # 0.5.16+
-        parallel_state_and_layers(runner)
+    if hasattr(model_runner_module, "resolve_layer_indices"):  # 0.5.16+
+        parallel_state_and_layers(runner, "ps" in inspect.signature(ModelRunner.__init__).parameters)
     if hasattr(runner, "init_ngram_embedding_manager"):  # 0.5.16+ model_runner.py:503, from initialize() :764
         with fake_mode():
             runner.init_ngram_embedding_manager()
     return runner
 
 
-def parallel_state_and_layers(runner: Any) -> None:
+def parallel_state_and_layers(runner: Any, takes_parallel_state: bool) -> None:
     """sglang 0.5.16+: the ``ParallelState`` the scheduler hands ``ModelRunner`` (0.5.16
     ``managers/scheduler.py:379``, kept at ``model_runner.py:262``) for this rank (no DP
     attention, no context parallelism), and the ``layer_info`` ``load_model`` resolves
-    (``model_runner.py:581``, the release's ``resolve_layer_indices``)."""
-    from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+    (``model_runner.py:581``, the release's ``resolve_layer_indices``).  0.5.21 takes no
+    ``ParallelState``: the runner reads the published parallel context."""
     from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
 
-    state = dict(tp_rank=runner.tp_rank, tp_size=runner.tp_size, attn_tp_rank=runner.tp_rank,
-                 attn_tp_size=runner.tp_size, dcp_size=getattr(runner.server_args, "dcp_size", 1), gpu_id=runner.gpu_id)
-    fields = {f.name for f in dataclasses.fields(ParallelState)}  # 0.5.18 dropped dcp_size
-    runner.ps = ParallelState.trivial(**{k: v for k, v in state.items() if k in fields})
+    # 0.5.21 (model_runner.py:665) names the draft model instead of the speculative algorithm.
+    taken = inspect.signature(resolve_layer_indices).parameters
+    draft = ({"spec_algorithm": runner.spec_algorithm} if "spec_algorithm" in taken
+             else {"draft_model_idx": runner.draft_model_idx})
     runner.layer_info = resolve_layer_indices(model=runner.model, model_config=runner.model_config,
-                                              is_draft_worker=runner.is_draft_worker, spec_algorithm=runner.spec_algorithm)
+                                              is_draft_worker=runner.is_draft_worker, **draft)
+    if not takes_parallel_state:
+        return
+    from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+
+    dcp_size = getattr(case_server_args.resolved(runner.server_args), "dcp_size", 1)
+    # 0.5.18+ name it attn_dcp_size (0.5.20 managers/scheduler.py:536), with its rank.
+    dcp = ({"dcp_size": dcp_size} if "dcp_size" in {f.name for f in dataclasses.fields(ParallelState)}
+           else {"attn_dcp_size": dcp_size, "attn_dcp_rank": runner.tp_rank % dcp_size})
+    runner.ps = ParallelState.trivial(
+        tp_rank=runner.tp_rank, tp_size=runner.tp_size, attn_tp_rank=runner.tp_rank, attn_tp_size=runner.tp_size,
+        gpu_id=runner.gpu_id, **dcp,
+    )
 
 
 def build(case: dict[str, Any]) -> Built:
@@ -208,15 +226,14 @@ def build(case: dict[str, Any]) -> Built:
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_loader import get_model_loader
-    from sglang.srt.server_args import set_global_server_args_for_scheduler
 
     path = case_server_args.write_checkpoint_dir(case["family"], interpreter.STATE["tmp"])
     by_default = case_server_args.piecewise_by_default(case, path)
     default_prefill = case_server_args.prefill_backend_by_default(case, path)
     server_args = case_server_args.server_args_for(case, path)
-    set_global_server_args_for_scheduler(server_args)
+    case_server_args.publish_for_scheduler(server_args, WORLD["rank"] if server_args.tp_size > 1 else 0)
     model_config = ModelConfig.from_server_args(server_args)
-    init_parallel_state(server_args, model_config)
+    init_parallel_state(case_server_args.resolved(server_args), model_config)
     load_config = LoadConfig(load_format=server_args.load_format)
     try:
         loader = get_model_loader(load_config, model_config)
@@ -241,7 +258,7 @@ def build(case: dict[str, Any]) -> Built:
         default_prefill_backend=default_prefill,
         model=model,
         runner=runner,
-        server_args=server_args,
+        server_args=case_server_args.resolved(server_args),
         model_config=model_config,
         quant_methods=quant_methods(model),
         moe_runner_backend=str(get_moe_runner_backend()),

@@ -4,6 +4,7 @@ world (or torch's FakeProcessGroup for ranks that are not run), set up as
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 from typing import Any
@@ -79,10 +80,21 @@ def init_parallel_state(server_args: Any, model_config: Any) -> None:
             distributed_init_method=f"tcp://127.0.0.1:{port}",
             timeout=DIST_TIMEOUT_S,
         )
-        initialize_model_parallel(tensor_model_parallel_size=tp)
-        initialize_dp_attention(server_args=server_args, model_config=model_config)
+        # 0.5.21+ read the widths from the published configuration (distributed/bootstrap.py:317,
+        # :327), no longer from their arguments.
+        if "tensor_model_parallel_size" in inspect.signature(initialize_model_parallel).parameters:
+            initialize_model_parallel(tensor_model_parallel_size=tp)
+        else:
+            initialize_model_parallel()
+        if "model_config" in inspect.signature(initialize_dp_attention).parameters:
+            initialize_dp_attention(server_args=server_args, model_config=model_config)
+        else:
+            initialize_dp_attention(server_args=server_args)
     try:
         from sglang.srt.layers.moe import initialize_moe_config
     except ImportError:  # pragma: no cover - every supported release has it
         return
-    initialize_moe_config(server_args)
+    if inspect.signature(initialize_moe_config).parameters:
+        initialize_moe_config(server_args)
+    else:  # 0.5.20+: it reads the published configuration (layers/moe/utils.py:421)
+        initialize_moe_config()
