@@ -241,6 +241,8 @@ _GLM5_SHAPE = Outcome(
     where='flashinfer/mla/_sparse_mla_sm120.py", line 394',
     harness_gap="the family's downsized GLM-5 (4 attention heads) has no FlashInfer 0.6.18 SM120 "
                 "sparse MLA decode kernel (mla/_sparse_mla_sm120.py:394)",
+    # SM121: the CUDA 12.8 answer stops it first, as on 0.5.17 (_GLM5_0517_SM121).
+    sm121=dataclasses.replace(_GLM5_0517_SM121, where='flashinfer/mla/_core.py", line 625'),
 )
 
 # 0.5.18: DeepSeek-V3.2's attention split op body reaches FlashInfer 0.6.17's trtllm MLA
