@@ -13,7 +13,8 @@ nvcc runs, what it answers, what those decisions become, and whether a function 
 it can be traced by ``torch.compile(fullgraph=True)`` (the peer's symptom).  Our series
 (0.6.x revision 3+, ``cuda-version``) split the reading: test_cuda_version.py.  0.6.11.post1's
 series (``sm120-nvcc-12-8``, the backport of flashinfer #3633, with ``cuda-version``) is
-checked here pristine beside patched with nvcc 12.8: test_nvcc_12_8_beside_torch_cu130.
+checked here pristine beside patched with nvcc 12.8: test_nvcc_12_8_beside_torch_cu130, as
+are 0.6.12's, 0.6.14's and 0.6.15.post1's (the same series, for sglang 0.5.13 ... 0.5.17).
 
 Stand-ins: ``nvcc`` under CUDA_HOME, a script that logs its call and prints the version it is
 told to (absent: CUDA_HOME without ``bin/nvcc``); ``torch.version.cuda`` ``13.0`` (torch
@@ -130,22 +131,24 @@ def releases() -> list[str]:
 def results(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     done: dict[str, dict[str, CaseReport]] = {}
 
-    def get(version: str, *, trees: tuple[str, ...] = ("pristine",), toolkits: tuple[str, ...] = TOOLKITS,
-            trace: bool = True) -> dict[str, CaseReport]:
-        """Reports named "<tree> <gpu> nvcc=<toolkit>": one child, a fork per case (each
-        fork imports the tree it is given)."""
-        key = f"{version} {','.join(trees)} nvcc={','.join(toolkits)} trace={trace}"
+    def get(versions: tuple[str, ...], *, trees: tuple[str, ...] = ("pristine",),
+            toolkits: tuple[str, ...] = TOOLKITS, trace: bool = True) -> dict[str, CaseReport]:
+        """Reports named "<version> <tree> <gpu> nvcc=<toolkit>": one child for all
+        ``versions``, a fork per case (each fork imports the tree it is given)."""
+        key = f"{','.join(versions)} {','.join(trees)} nvcc={','.join(toolkits)} trace={trace}"
         if key not in done:
-            root = tmp_path_factory.mktemp(f"cuda-lookup-{version}")
             requests = {}
-            for kind in trees:
-                tree = wheel_tree(PROJECT, version, patched=kind == "patched")
-                for gpu in GPUS:
-                    for nvcc in toolkits:
-                        name = f"{kind} {gpu} nvcc={nvcc}"
-                        requests[name] = {"tree": str(tree), "torch": TORCH_CUDA, "gpu": gpu,
-                                          "cuda_home": str(fake_cuda_home(root / kind / gpu, nvcc)),
-                                          "log": str(root / f"{kind}-{gpu}-{nvcc}.log"), "trace": trace}
+            for version in versions:
+                root = tmp_path_factory.mktemp(f"cuda-lookup-{version}")
+                for kind in trees:
+                    tree = wheel_tree(PROJECT, version, patched=kind == "patched")
+                    for gpu in GPUS:
+                        for nvcc in toolkits:
+                            name = f"{version} {kind} {gpu} nvcc={nvcc}"
+                            home = fake_cuda_home(root / kind / gpu, nvcc)
+                            requests[name] = {"tree": str(tree), "torch": TORCH_CUDA, "gpu": gpu,
+                                              "cuda_home": str(home), "trace": trace,
+                                              "log": str(root / f"{kind}-{gpu}-{nvcc}.log")}
             done[key] = run_forked(CHILD, requests)
         return done[key]
 
@@ -158,11 +161,11 @@ def results(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.mark.parametrize("version", releases())
 def test_pristine_lookups(results: Any, version: str) -> None:
     """What pristine does with each toolkit (the peer's failure: nvcc, not PyTorch's CUDA)."""
-    cases = results(version)
+    cases = results((version,))
     for name, report in cases.items():
         assert report.crash is None, report.describe()
         assert report["version"] == version, report.describe()
-        gpu, nvcc = name.removeprefix("pristine ").split(" nvcc=")
+        gpu, nvcc = name.removeprefix(f"{version} pristine ").split(" nvcc=")
         # nvcc runs at import on SM12x (CompilationContext), answered or fallen back.
         assert report["nvcc_at_import"] == (0 if nvcc == "none" else 1), report.describe()
         seen = TORCH_CUDA if nvcc == "none" else nvcc
@@ -197,9 +200,11 @@ def test_nvcc_12_8_beside_torch_cu130(results: Any, version: str) -> None:
     misleading "requires GPUs with sm75 or higher"; patched, import runs no nvcc, SM120
     builds fp4_quantize for compute_120a (what nvcc 12.8 has), and SM121, which nvcc 12.8
     cannot target, says so and names the empty target list."""
-    cases = results(version, trees=("pristine", "patched"), toolkits=("12.8",), trace=False)
+    # Every fixed release in one child (each adds four forks, not a torch import).
+    cases = results(tuple(fixed_releases()), trees=("pristine", "patched"), toolkits=("12.8",), trace=False)
     for gpu in GPUS:
-        before, after = cases[f"pristine {gpu} nvcc=12.8"], cases[f"patched {gpu} nvcc=12.8"]
+        before = cases[f"{version} pristine {gpu} nvcc=12.8"]
+        after = cases[f"{version} patched {gpu} nvcc=12.8"]
         for report in (before, after):
             assert report.crash is None, report.describe()
             assert report["version"].split("+")[0] == version, report.describe()
