@@ -12,9 +12,10 @@ release (the flashinfer-python releases pinned in patches/stacks.toml without a 
 nvcc runs, what it answers, what those decisions become, and whether a function that asks
 it can be traced by ``torch.compile(fullgraph=True)`` (the peer's symptom).  Our series
 (0.6.x revision 3+, ``cuda-version``) split the reading: test_cuda_version.py.  The series
-with ``sm120-nvcc-12-8`` (the backport of flashinfer #3633: 0.6.7.post2 ... 0.6.11.post1) are
-checked here with nvcc 12.8, pristine and the revision before the backport beside patched,
-all in one child: test_nvcc_12_8_beside_torch_cu130.
+with ``sm120-nvcc-12-8`` (the backport of flashinfer #3633: 0.6.7.post2 ... 0.6.11.post1, and
+0.6.12, 0.6.14, 0.6.15.post1 for sglang 0.5.13 ... 0.5.17) are checked here with nvcc 12.8,
+pristine and the revision before the backport beside patched, all in one child:
+test_nvcc_12_8_beside_torch_cu130.
 
 Stand-ins: ``nvcc`` under CUDA_HOME, a script that logs its call and prints the version it is
 told to (absent: CUDA_HOME without ``bin/nvcc``); ``torch.version.cuda`` ``13.0`` (torch
@@ -117,8 +118,17 @@ def case(request):
 
 
 def fixed_releases() -> list[str]:
-    """The releases whose series gives SM120 a target with nvcc 12.8 (the #3633 backport)."""
-    return versions_with_topic(PROJECT, FIX)
+    """The releases whose series gives SM120 a target with nvcc 12.8 (the #3633 backport).
+    CI checks those an sglang stack serves; the flashinfer-only stacks' series (0.6.12 ...:
+    0.6.11.post1's three patches, re-cut by line numbers only) join in the full tier."""
+    fixed = versions_with_topic(PROJECT, FIX)
+    if full_matrix():
+        return fixed
+    catalog = load(REPO / "patches" / "stacks.toml")
+    beside_sglang = {artifact.version for stack in catalog.stacks
+                     if any(key.startswith("sglang==") for key in stack.artifacts)
+                     for artifact in catalog.stack_artifacts(stack) if artifact.project == PROJECT}
+    return [version for version in fixed if version in beside_sglang]
 
 
 def link_or_copy(source: str, dest: str) -> None:

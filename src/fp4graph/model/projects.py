@@ -135,8 +135,9 @@ def _public_functions_use_ops(members: tuple[str, ...], *functions: str) -> tupl
     )
 
 
-# The flashinfer series that make the fp4 entry points traceable: all but 0.6.11.post1's.
-_TRACING_SERIES = SpecifierSet("!=0.6.11.post1")
+# The flashinfer series that make the fp4 entry points traceable: all but the CUDA-version
+# ones (0.6.11.post1 ... 0.6.15.post1).
+_TRACING_SERIES = SpecifierSet("!=0.6.11.post1,!=0.6.12,!=0.6.14,!=0.6.15.post1")
 
 FLASHINFER = Project(
     name="flashinfer-python",
@@ -147,7 +148,8 @@ FLASHINFER = Project(
     source_commit=("flashinfer/_build_meta.py", re.compile(r'^__git_version__ = "([0-9a-f]{40})"$', re.M)),
     # What docs/coverage.md promises for every flashinfer series.  0.6.11.post1's serves
     # only sglang 0.5.12.post1, which wraps fp4_quantize in its own op and traces every
-    # NVFP4 family on pristine flashinfer: its series is the CUDA-version fix alone.
+    # NVFP4 family on pristine flashinfer: its series is the CUDA-version fix alone, as are
+    # 0.6.12's, 0.6.14's and 0.6.15.post1's (sglang 0.5.13 ... 0.5.17, served unpatched).
     required_topics=(
         RequiredTopic(name="cuda-version", why="runtime checks read torch.version.cuda, not nvcc"),
         # Upstream's "SM 12.x requires CUDA >= 12.9" rule (pristine 0.6.7.post2 ... 0.6.11.post1;
