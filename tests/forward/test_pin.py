@@ -180,4 +180,7 @@ def test_the_cli_prints_what_it_pinned(served: Settings, monkeypatch: pytest.Mon
     assert "pinned flashinfer-python==9.1.0: flashinfer_python-9.1.0-py3-none-any.whl, " \
            "flashinfer_python-9.1.0.tar.gz" in out
     assert "stack sglang-9.1.0 (torch 2.11.0)" in out
-    assert stacks.read(served.stacks_file)["stack"][-2]["name"] == "sglang-9.1.0"
+    # The new stack goes after the other sglang stacks, before the flashinfer-only ones.
+    names = [s["name"] for s in stacks.read(served.stacks_file)["stack"]]
+    with_sglang = [n for n in names if n.startswith("sglang-")]
+    assert names[:len(with_sglang)] == with_sglang and with_sglang[-1] == "sglang-9.1.0", names

@@ -57,9 +57,15 @@ def test_every_sglang_stack_has_default_kinds_and_the_074_stack_is_refused() -> 
     for stack in with_sglang:
         assert targets.default_kinds(catalog.versions(stack)["sglang"], stack.name), stack.name
         assert kernels.requirements(settings, stack.name, ("probe",))[0].startswith("apache-tvm-ffi==")
+    refused = []
     for stack in [s for s in catalog.stacks if s not in with_sglang]:
-        with pytest.raises(KernelsError, match="provider packages"):
-            kernels.requirements(settings, stack.name)
+        if Version(catalog.versions(stack)["flashinfer-python"]) >= Version("0.7"):
+            with pytest.raises(KernelsError, match="provider packages"):
+                kernels.requirements(settings, stack.name)
+            refused.append(stack.name)
+        else:  # a flashinfer-only 0.6.x stack: builds, with the modules the user names (no sglang defaults)
+            assert kernels.requirements(settings, stack.name, ("probe",))[0].startswith("apache-tvm-ffi==")
+    assert "flashinfer-0.7.4" in refused, refused
 
 
 def test_a_stack_without_defaults_asks_for_modules() -> None:
