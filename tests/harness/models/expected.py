@@ -256,12 +256,12 @@ _V32_0518 = Outcome(
 )
 
 
-def _mla_off(where: str, dsa: Outcome = WORKS) -> dict[str, Outcome]:
+def _mla_off(where: str) -> dict[str, Outcome]:
     """The MLA families of a 0.5.15+ release whose breakable prefill default is disabled for
     MLA attention (``_disable_breakable_cudagraph_if_incompatible``, ``where``): they
-    work (or ``dsa`` for the DSA ones) with tc_piecewise selected."""
+    work with tc_piecewise selected."""
     off = f"`disabled` by default: breakable prefill graphs are off for MLA attention ({where})"
-    return {name: dataclasses.replace(dsa if name in NSA_NAMES else WORKS, default_prefill=off) for name in _MLA}
+    return {name: dataclasses.replace(WORKS, default_prefill=off) for name in _MLA}
 
 
 NSA_NAMES = ("glm5", "deepseek-v3.2")
