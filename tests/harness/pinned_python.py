@@ -81,12 +81,21 @@ def unmet_pins(sglang_tree: pathlib.Path, families: Iterable[Family] = ()) -> li
 
 
 def _pip_target(target: pathlib.Path, requirement: str) -> None:
-    argv = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-            "--no-deps", "--target", str(target), requirement]
-    result = subprocess.run(argv, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise PinnedPythonError(f"pip could not install {requirement!r} for the simulation: "
-                                f"{result.stderr.strip()[-2000:]}")
+    """Install ``requirement`` into ``target``, merged with what is there: pip's own
+    ``--target`` skips a top-level directory that exists (a namespace such as ``cuda`` or
+    ``nvidia_cutlass_dsl``, shared by several distributions)."""
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".pip-") as staging:
+        argv = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                "--no-deps", "--target", staging, requirement]
+        result = subprocess.run(argv, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise PinnedPythonError(f"pip could not install {requirement!r} for the simulation: "
+                                    f"{result.stderr.strip()[-2000:]}")
+        for item in pathlib.Path(staging).iterdir():
+            if item.is_dir():
+                shutil.copytree(item, target / item.name, symlinks=True, dirs_exist_ok=True)
+            else:
+                shutil.copy2(item, target / item.name)
 
 
 def _tree_versions(target: pathlib.Path) -> dict[str, str]:
@@ -134,3 +143,26 @@ def path_for(sglang_tree: pathlib.Path, cache: pathlib.Path, families: Iterable[
     pins tree, or nothing."""
     pins = unmet_pins(sglang_tree, families)
     return [tree(pins, cache)] if pins else []
+
+
+# The CuTe DSL (nvidia-cutlass-dsl: every sglang release pins it; ~290 MB installed, left
+# out of the test venv) where FlashInfer's Python cannot run a model's path without it:
+# 0.6.17's trtllm MLA decode imports it for every SM100+ device before it asks whether it
+# may use it (mla/_core.py:2267, DeepSeek-V3.2 on sglang 0.5.18).  Elsewhere FlashInfer
+# and sglang take their no-DSL paths.
+CUTE_DSL = "nvidia-cutlass-dsl"
+CUTE_DSL_FLASHINFER = frozenset({"0.6.17"})
+
+
+def cute_dsl_path(sglang_tree: pathlib.Path, flashinfer: str, cache: pathlib.Path) -> list[pathlib.Path]:
+    """sglang's nvidia-cutlass-dsl pin as a tree (and its ``dsl_packages``, which the
+    package's ``.pth`` adds in a venv) for a child running FlashInfer ``flashinfer``, or
+    nothing.  Without the pin's ``cu13`` extra: its CUDA 13 libraries are the device's."""
+    if flashinfer not in CUTE_DSL_FLASHINFER or CUTE_DSL in _venv_versions():
+        return []
+    metadata = next(sglang_tree.glob("sglang-*.dist-info/METADATA"))
+    pin = next((r for r in _requirements(metadata) if canonicalize_name(r.name) == CUTE_DSL), None)
+    if pin is None:
+        raise PinnedPythonError(f"{metadata}: no {CUTE_DSL} pin; FlashInfer {flashinfer} imports it")
+    root = tree([f"{CUTE_DSL}{pin.specifier}"], cache)
+    return [root, root / "nvidia_cutlass_dsl" / "dsl_packages"]
