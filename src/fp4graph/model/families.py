@@ -435,7 +435,10 @@ GLM5 = Family(
         # rows of w13), as the published GLM-5's rank gets 256.
         Size.SERVE: {**_MLA_SERVE, "num_attention_heads": 64, "num_key_value_heads": 64,
                      "moe_intermediate_size": 1024},
-        Size.TEST: {**_MLA_TEST, "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": 128,
+        # 8 heads: a --tp 8 rank's share of the real model's 64, and the fewest FlashInfer
+        # 0.6.18's SM120 sparse MLA has decode kernels for (mla/_sparse_mla_sm120.py
+        # _DECODE_DSV3_2_DISPATCH: 8 ... 128 heads).
+        Size.TEST: {**_MLA_TEST, "num_attention_heads": 8, "num_key_value_heads": 8, "q_lora_rank": 128,
                     "index_n_heads": 4},
     },
 )

@@ -232,27 +232,15 @@ _GLM5_0518 = dataclasses.replace(
     sm121=dataclasses.replace(_GLM5_0517_SM121, where='srt/layers/attention/dsa_backend.py", line 2133'),
 )
 
-# 0.5.19 / 0.5.20: GLM-5 stops in the harness at its first capture: FlashInfer 0.6.18's
-# SM120 sparse MLA has decode kernels for the real model's head counts only, and the
-# family's downsized config has 4 heads (mla/_sparse_mla_sm120.py:394, "no decode kernel
-# for this shape: ... num_heads=4").  Not measured.
-_GLM5_SHAPE = Outcome(
-    error="SM120 sparse-MLA has no decode kernel for this shape",
-    where='flashinfer/mla/_sparse_mla_sm120.py", line 394',
-    harness_gap="the family's downsized GLM-5 (4 attention heads) has no FlashInfer 0.6.18 SM120 "
-                "sparse MLA decode kernel (mla/_sparse_mla_sm120.py:394)",
-    # SM121: the CUDA 12.8 answer stops it first, as on 0.5.17 (_GLM5_0517_SM121).
-    sm121=dataclasses.replace(_GLM5_0517_SM121, where='flashinfer/mla/_core.py", line 625'),
-)
-
-# 0.5.18: DeepSeek-V3.2's attention split op body reaches FlashInfer 0.6.17's trtllm MLA
-# decode, which imports the CuTe DSL (nvidia-cutlass-dsl, pinned by the release, absent
-# from the test venv).
-_V32_0518 = Outcome(
-    error="No module named 'cutlass'",
-    where='flashinfer/cute_dsl/utils.py", line 24',
-    harness_gap="nvidia-cutlass-dsl is not in the test venv (FlashInfer 0.6.17 mla/_core.py:2267 "
-                "imports it, from sglang's dsa_backend.py:3256)",
+# 0.5.19: GLM-5 (8 heads, as a --tp 8 rank of the real model: families.py) captures and
+# breaks in the first padded replay as on 0.5.18, dsa_backend.py:2134 -> FlashInfer 0.6.18
+# mla/_core.py:534.  On the simulated SM121 FlashInfer's CUDA check stops it first, at
+# mla/_core.py:625 (the harness gap of _GLM5_0517_SM121).
+_GLM5_SM121_0618 = dataclasses.replace(_GLM5_0517_SM121, where='flashinfer/mla/_core.py", line 625')
+_GLM5_0519 = Outcome(
+    error="seq_lens for SM120 sparse MLA v32/GLM must be shaped either",
+    where='srt/layers/attention/dsa_backend.py", line 2134',
+    sm121=_GLM5_SM121_0618,
 )
 
 
@@ -281,7 +269,9 @@ _FROM_0520 = {
     "llama": WORKS, "qwen3": WORKS, "qwen3-moe": _IMPORT_TORCHADA, "deepseek-v3": _IMPORT_TORCHADA,
     "deepseek-v3-no-fusion": _IMPORT_TORCHADA, "glm4-moe": _IMPORT_TORCHADA,
     "deepseek-v3.2": _IMPORT_TORCHADA,
-    "glm5": _GLM5_SHAPE,
+    # GLM-5 too (from dsa_backend.py:117); on the simulated SM121 FlashInfer's CUDA check
+    # in the eager runner stops it first.
+    "glm5": dataclasses.replace(_IMPORT_TORCHADA, sm121=_GLM5_SM121_0618),
 }
 
 # 0.5.21: the same torchada import (srt/utils/common.py:226, from dsa/utils.py:117, reached
@@ -293,13 +283,10 @@ _FROM_0521 = {
     **dict.fromkeys(("qwen3-moe", "deepseek-v3", "deepseek-v3-no-fusion", "glm4-moe"), _IMPORT_TORCHADA_0521),
     "llama": WORKS,
     "qwen3": Outcome(error="No dynamic dims inferred", where='srt/compilation/compile.py", line 125'),
-    # The simulation stops first: the DSA backend asks the JIT top-k module for its cluster
-    # occupancy (kernels/jit/utils/occupancy.py:31), a device query the no-op JIT module of
-    # the stand-in answers with None.  Not measured.
-    **dict.fromkeys(NSA_NAMES, Outcome(
-        error="int() argument must be", where='jit/utils/occupancy.py", line 31',
-        harness_gap="the stand-in's no-op JIT module answers the top-k module's cluster-occupancy "
-                    "query (kernels/jit/utils/occupancy.py:31) with None")),
+    # GLM-5 and DeepSeek-V3.2 too (the DSA backend's JIT top-k module asks the device for
+    # its cluster occupancy first, kernels/jit/utils/occupancy.py:31: stand_ins.ClusterProbe).
+    "deepseek-v3.2": _IMPORT_TORCHADA_0521,
+    "glm5": dataclasses.replace(_IMPORT_TORCHADA_0521, sm121=_GLM5_SM121_0618),
 }
 
 PRISTINE_RELEASES: dict[str, PristineRelease] = {
@@ -367,18 +354,19 @@ PRISTINE_RELEASES: dict[str, PristineRelease] = {
         families={**_ALL_WORK, **{name: o for name, o in _mla_off("server_args.py:4469").items()
                                   if name not in NSA_NAMES}, "glm5": _GLM5_0517},
     ),
-    # 0.5.18 drops the MLA rule: breakable is the default for every family.
+    # 0.5.18 drops the MLA rule: breakable is the default for every family.  DeepSeek-V3.2's
+    # trtllm MLA decode (FlashInfer 0.6.17 mla/_core.py:2267) imports the CuTe DSL: the
+    # release's nvidia-cutlass-dsl pin is on the child's path (pinned_python.cute_dsl_path).
     "0.5.18": PristineRelease(
         flashinfer="0.6.17", torch="2.13.0", transformers="5.12.1",
         default_prefill=_BREAKABLE,
-        families={**_ALL_WORK, "glm5": _GLM5_0518, "deepseek-v3.2": _V32_0518},
+        families={**_ALL_WORK, "glm5": _GLM5_0518},
     ),
-    # 0.5.19 (resolve_once, the runtime context): every family traces; GLM-5 stops in the
-    # harness (_GLM5_SHAPE).
+    # 0.5.19 (resolve_once, the runtime context): every family but GLM-5 traces (_GLM5_0519).
     "0.5.19": PristineRelease(
         flashinfer="0.6.18", torch="2.13.0", transformers="5.12.1",
         default_prefill=_BREAKABLE,
-        families={**_ALL_WORK, "glm5": _GLM5_SHAPE},
+        families={**_ALL_WORK, "glm5": _GLM5_0519},
     ),
     "0.5.20": PristineRelease(
         flashinfer="0.6.18", torch="2.13.0", transformers="5.12.1",

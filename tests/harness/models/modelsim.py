@@ -61,10 +61,14 @@ Stand-ins, and only these (tests/harness/models/stand_ins.py):
 4. JIT-compiled kernels: FlashInfer's JIT build/load and cubin downloads
    (tests/flashinfer stand-ins: no-op kernels, the fused-MoE runner object),
    sglang.jit_kernel's ``tvm_ffi.cpp.load_inline`` / ``load`` and (0.5.18+) its own
-   loader's ninja build and ``tvm_ffi.load_module`` (no-op kernels), Triton
+   loader's ninja build and ``tvm_ffi.load_module`` (no-op kernels; 0.5.21+'s cluster
+   occupancy probe, ``kernels/jit/utils/occupancy.py``, answers for the simulated device:
+   ``stand_ins.ClusterProbe``), Triton
    kernels launched eagerly on fake tensors (recorded, not run; traced launches are
    Triton HOPs), the CuTe DSL's ``cute.compile`` (nvidia-cutlass-dsl, where installed:
-   FlashInfer 0.6.8's norm kernels; no-op kernels), and Inductor's code generation for the ``torch.compile`` regions
+   FlashInfer 0.6.8's norm kernels; for FlashInfer 0.6.17, whose MLA decode imports it,
+   the release's pin on the child's path, ``harness.pinned_python.cute_dsl_path``;
+   no-op kernels), and Inductor's code generation for the ``torch.compile`` regions
    sglang runs eagerly (their captured graph runs as traced);
 5. the attention kernels: for GQA / MLA families an ``AttentionBackend`` subclass
    returning outputs of the real shape (its metadata and CUDA-graph hooks do

@@ -136,6 +136,7 @@ def trees(
     kernel = sgl_kernel_ops.python_tree(project, version, cache, companions)
     models = [by_architecture(c["family"]["architecture"]) for c in cases]
     pins = pinned_python.path_for(sglang, cache, [f for f in models if f is not None])
+    pins += pinned_python.cute_dsl_path(sglang, target.flashinfer, cache)
     return [*pins, sglang, flashinfer, kernel, *CHILD_PATH], sgl_kernel_ops.record_path(project, version, companions)
 
 

@@ -483,7 +483,31 @@ def install_sglang_jit_loader() -> None:
         return library
 
     ninja.build = build
-    loader._load = lambda library: NoKernel(library.stem)
+    loader._load = lambda library: (
+        ClusterProbe() if CLUSTER_PROBE in library.stem else NoKernel(library.stem)
+    )
+
+
+# sglang 0.5.21+'s JIT probe module (kernels/jit/utils/occupancy.py, csrc occupancy/cluster_probe.cuh).
+CLUSTER_PROBE = "occupancy_cluster_probe"
+PORTABLE_CLUSTER_SIZE = 8
+
+
+class ClusterProbe:
+    """The JIT occupancy probe (``get_max_active_clusters``: the driver's
+    ``cudaOccupancyMaxActiveClusters`` for a dummy kernel pinned at ``occupancy`` blocks
+    per SM), answered for the simulated device: a portable width (up to 8 blocks) gets
+    the SM-count bound, ``SMs x occupancy // cluster_size`` (the driver's answer can fall
+    short of it where a cluster does not divide a GPC evenly); a non-portable width 0,
+    as the probe's callers assume without a positive probe (``topk_v2.cuh``'s default
+    ``SGL_TOPK_V2_MAX_C16_OCC1 0``).  sglang passes the answers to nvcc as -D flags of
+    the top-k module (``dsv4/topk.py`` ``_jit_topk_v2_module``), a no-op module here:
+    no Python reads them."""
+
+    def get_max_active_clusters(self, cluster_size: int, occupancy: int) -> int:
+        if cluster_size > PORTABLE_CLUSTER_SIZE:
+            return 0
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count * occupancy // cluster_size
 
 
 TRITON_LAUNCHES: list[str] = []
