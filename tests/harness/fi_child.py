@@ -425,10 +425,20 @@ class _CudnnFrontend(types.ModuleType):
         return _CudnnObject()
 
 
+def gemm_module() -> types.ModuleType:
+    """FlashInfer's GEMM module: ``flashinfer.gemm.gemm_base`` from 0.5.3, the module
+    ``flashinfer.gemm`` itself up to 0.5.2."""
+    import importlib
+
+    gemm = importlib.import_module("flashinfer.gemm")
+    if hasattr(gemm, "__path__"):
+        return importlib.import_module("flashinfer.gemm.gemm_base")
+    return gemm
+
+
 def stub_cudnn() -> None:
     """Make FlashInfer's GEMMs find cuDNN (the :class:`_CudnnFrontend` stand-in)."""
-    from flashinfer.gemm import gemm_base
-
+    gemm_base = gemm_module()
     gemm_base.cudnn = _CudnnFrontend()
     gemm_base.CUDNN_AVAILABLE = True
 
@@ -438,8 +448,7 @@ def cudnn_plan_check() -> dict[str, Any]:
     GEMM shape and two layers' alphas (flashinfer#2450).  Stands in for the plan
     builder (``create_cudnn_execution_plans_fp4_gemm``: cuDNN graph construction) by
     recording its ``alpha_is_not_none`` argument; the requirement check runs as shipped."""
-    from flashinfer.gemm import gemm_base
-
+    gemm_base = gemm_module()
     requirement = getattr(gemm_base, "_cudnn_gemm_fp4_requirement", None)
     builder = getattr(gemm_base, "create_cudnn_execution_plans_fp4_gemm", None)
     if requirement is None or builder is None:
@@ -517,7 +526,7 @@ def stub_jit(tmp: str, module: Callable[[], Any] = _StubModule) -> list[str]:
             cls.is_aot = property(lambda self: False)
     # trtllm-gen modules download cubins and checksums at spec generation.
     import flashinfer.fused_moe.core  # noqa: F401
-    import flashinfer.gemm.gemm_base  # noqa: F401
+    gemm_module()
 
     # (0.6.3: get_cubin; 0.6.7+: get_artifact, export headers, symlinks).
     stubs: dict[str, Callable[..., Any]] = {

@@ -4,7 +4,11 @@ the trace report (pieces, ops, kernels, graph breaks, replay, collectives)."""
 
 from __future__ import annotations
 
+import ast
 import collections
+import inspect
+import sys
+import textwrap
 from typing import Any
 
 from harness.models import collectives, interpreter, stand_ins
@@ -65,6 +69,43 @@ def _observe_split_graph(graphs: list[list[dict[str, Any]]]) -> None:
     backend.split_graph = split_graph
 
 
+def init_piecewise_cuda_graphs(runner: Any) -> None:
+    """The release's piecewise runner for ``runner``: ``init_piecewise_cuda_graphs`` from
+    0.5.6; up to 0.5.5.post3 the last statement of ``ModelRunner.__init__`` builds it (its
+    ``if self.server_args.enable_piecewise_cuda_graph ...`` block), which runs here as the
+    release's own code, compiled from its file at its lines (``__init__``'s other work is
+    the harness's :func:`model_build.model_runner`)."""
+    if hasattr(runner, "init_piecewise_cuda_graphs"):
+        runner.init_piecewise_cuda_graphs()
+        return
+    init = type(runner).__init__
+    lines, start = inspect.getsourcelines(init)
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    block = next(node for node in ast.walk(tree)
+                 if isinstance(node, ast.If) and "enable_piecewise_cuda_graph" in ast.unparse(node.test))
+    module = ast.Module(body=[block], type_ignores=[])
+    ast.increment_lineno(module, start - 1)
+    code = compile(module, inspect.getsourcefile(init) or "<ModelRunner.__init__>", "exec")
+    exec(code, {**vars(sys.modules[init.__module__]), "self": runner})
+
+
+def split_ops() -> list[str]:
+    """The ops the release's piecewise backend splits the graph at: a module list from
+    0.5.8 (``compilation_config.SPLIT_OPS``) and up to 0.5.6.post2 (``backend.SPLIT_OPS``),
+    a list on each ``CompilationConfig`` in 0.5.7, and 0.5.4.x's ``backend.py`` passes
+    ``["sglang.unified_attention_with_output"]`` to ``split_graph`` as a literal."""
+    from sglang.srt.compilation import compilation_config
+
+    if hasattr(compilation_config, "SPLIT_OPS"):
+        return list(compilation_config.SPLIT_OPS)
+    from sglang.srt.compilation import backend
+
+    if hasattr(backend, "SPLIT_OPS"):
+        return list(backend.SPLIT_OPS)
+    config = compilation_config.CompilationConfig(capture_sizes=[])
+    return list(getattr(config, "split_ops", ["sglang.unified_attention_with_output"]))
+
+
 def init_cuda_graphs(runner: Any, decode: bool) -> dict[str, Any]:
     """sglang 0.5.14+ ``ModelRunner.init_cuda_graphs``: the eager runner, the prefill graphs
     (tc_piecewise: torch.compile, then capture), then the decode graphs if on.  What it
@@ -119,7 +160,6 @@ def capture(built: Built) -> dict[str, Any]:
     from fp4graph.verify import simulate
 
     graphs: list[list[dict[str, Any]]] = []
-    _observe_split_graph(graphs)
     counters.clear()
     torch._dynamo.reset()
     runner = built.runner
@@ -140,9 +180,14 @@ def capture(built: Built) -> dict[str, Any]:
         result["nsa"] = nsa_report(built)
     if built.case.get("report_shapes"):
         result["param_shapes"] = param_shapes(built.model, built.case["report_shapes"])
-    from sglang.srt.compilation.compilation_config import SPLIT_OPS
-
-    result["split_ops_run"] = stand_ins.run_split_op_bodies(list(SPLIT_OPS))
+    try:
+        _observe_split_graph(graphs)
+        split_op_names = split_ops()
+    except Exception as exc:
+        # The release imports its piecewise backend in the piecewise runner's first compile
+        # (0.5.5.post2 compilation/compile.py:140): an error there is that stage's.
+        return {**result, "ok": False, "stage": "init_piecewise_cuda_graphs", "graphs": graphs, **error_report(exc)}
+    result["split_ops_run"] = stand_ins.run_split_op_bodies(split_op_names)
     result["collective_ops_run"] = stand_ins.run_split_op_bodies(list(COLLECTIVE_OPS), COLLECTIVE_OP_CALLS)
     stage = "init_device_graphs"
     breaks_before_piecewise = 0
@@ -158,7 +203,7 @@ def capture(built: Built) -> dict[str, Any]:
                 breaks_before_piecewise = sum(counters["graph_break"].values())
                 stage = "init_piecewise_cuda_graphs"
                 with simulate.compiling():
-                    runner.init_piecewise_cuda_graphs()
+                    init_piecewise_cuda_graphs(runner)
                 result["piecewise_runner"] = (
                     type(runner.piecewise_cuda_graph_runner).__name__ if runner.piecewise_cuda_graph_runner else None
                 )

@@ -26,7 +26,10 @@ What runs is sglang's own code, end to end, for the release on the path:
   ``PiecewiseCudaGraphRunner`` (its module, ``install_torch_compiled`` arguments,
   ForwardBatch, forward context, capture sizes largest first, warm-up and capture
   runs) with sglang's ``SGLangBackend`` (``split_graph``, per-piece compile,
-  ``CUDAPiecewiseBackend``).  ``split_graph`` is observed (called through).  From 0.5.14
+  ``CUDAPiecewiseBackend``).  ``split_graph`` is observed (called through).  Up to
+  0.5.5.post3 ``ModelRunner.__init__`` builds the piecewise runner in its last statement:
+  that block of the release's source runs instead (compiled from its file at its
+  lines; ``graph_capture.init_piecewise_cuda_graphs``).  From 0.5.14
   (the runner-backend refactor) ``ModelRunner.init_cuda_graphs``' steps instead: the
   ``EagerRunner``, ``init_prefill_cuda_graph`` (``PrefillCudaGraphRunner`` with the
   ``tc_piecewise`` backend, selected with ``--cuda-graph-backend-prefill tc_piecewise``),

@@ -29,7 +29,7 @@ from fp4graph.model.stacks import load
 from harness import pinned_python
 from harness.child import HARNESS, TESTS, run_python, tail
 from harness.models import families, sgl_kernel_ops
-from harness.targets import SEED_STACK
+from harness.targets import SEED_STACK, full_matrix
 
 REPO = TESTS.parent
 # What a child needs of ours after the upstream trees: this package, and the child
@@ -84,6 +84,18 @@ def torch_of(python: str) -> Version:
     out = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
                          capture_output=True, text=True, check=True).stdout.strip()
     return Version(Version(out).base_version)
+
+
+# Releases measured pristine that are older than the first stack (0.5.4 ... 0.5.6.post2:
+# piecewise opt-in, nothing shipped) are checked in the full tier only: CI keeps its time.
+FIRST_STACKED = "0.5.8"
+
+
+def tier_pristine_releases() -> list[SglangStack]:
+    """The releases of :func:`pristine_releases` whose per-release checks (pins, sgl-kernel
+    record) this tier runs: all with ``FP4GRAPH_MODELS=full``, else those from
+    :data:`FIRST_STACKED` on."""
+    return [t for t in pristine_releases() if full_matrix() or Version(t.sglang) >= Version(FIRST_STACKED)]
 
 
 def python_for(torch_pin: str) -> str | None:

@@ -12,7 +12,7 @@ from harness.child import TESTS, run_python, tail
 from harness.models import sgl_kernel_ops, simulation
 
 
-@pytest.mark.parametrize("target", simulation.sglang_stacks() + simulation.pristine_releases(),
+@pytest.mark.parametrize("target", simulation.sglang_stacks() + simulation.tier_pristine_releases(),
                          ids=lambda s: s.name)
 def test_every_stack_has_its_sgl_kernel_record(wheel_tree, target: simulation.SglangStack) -> None:
     """The sgl-kernel each stack's (and each release measured pristine) sglang pins has a

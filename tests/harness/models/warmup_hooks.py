@@ -81,9 +81,10 @@ def real_op_bodies() -> Iterator[None]:
 def read_alpha_on_device() -> None:
     """See the module docstring: ``bool(alpha)`` as a GPU answers it, where FlashInfer's
     cuDNN fp4 plan builder is handed the tensor itself (0.6.1)."""
+    import fi_child
     import torch
-    from flashinfer.gemm import gemm_base
 
+    gemm_base = fi_child.gemm_module()
     build = getattr(gemm_base, "create_cudnn_execution_plans_fp4_gemm", None)
     if build is None or getattr(build, "_fp4graph_alpha", False):
         return
@@ -103,10 +104,10 @@ def observe_model_warmup(*, real_bodies: bool) -> None:
     sglang), and run sglang's ops' own bodies in the eager phases (``real_bodies``:
     for pristine servers, which never trace)."""
     import fi_child
-    import flashinfer.gemm.gemm_base  # noqa: F401
 
     from harness.models import case_server_args, graph_capture, interpreter
 
+    fi_child.gemm_module()
     fi_child.stub_cudnn()
     if real_bodies:
         read_alpha_on_device()
