@@ -132,6 +132,9 @@ class Outcome:
     harness_gap: str = ""
     # What the family does on the simulated SM121 (GB10) where it differs from SM120.
     sm121: Outcome | None = None
+    # The error comes while the server and its model are built (the release's ServerArgs,
+    # weight loading), before any CUDA graph: the report's stage is ``build``.
+    at_build: bool = False
 
     @property
     def works(self) -> bool:
@@ -159,6 +162,9 @@ class PristineRelease:
     default_prefill: str
     families: Mapping[str, Outcome]
     no_piecewise: str = ""
+    # The release turns piecewise off itself when CUDA graphs are (``--disable-cuda-graph``,
+    # the second start order; file:line): there a family that builds gets no piecewise runner.
+    piecewise_needs_cuda_graph: str = ""
 
 
 # sglang 0.5.12.post1 wraps flashinfer.fp4_quantize in its own op (fp4_utils.py) and turns
@@ -289,7 +295,118 @@ _FROM_0521 = {
     "glm5": dataclasses.replace(_IMPORT_TORCHADA_0521, sm121=_GLM5_SM121_0618),
 }
 
+# 0.5.4 ... 0.5.7: piecewise is opt-in (--enable-piecewise-cuda-graph), measured under
+# the test venv's CPU torch 2.13.0 and transformers 5.6.0 (the releases pin torch 2.8.0 /
+# 2.9.1 and transformers 4.57.1, 0.5.6.post1 5.0.0rc0).
+_OPT_IN = "none: piecewise opt-in (`--enable-piecewise-cuda-graph`)"
+# 0.5.6.post1 / 0.5.6.post2: with no --attention-backend an MHA model gets trtllm_mha on any
+# Blackwell (server_args.py, 0.5.6.post2 :1382 ``is_blackwell()``: major 10 or 12), which
+# _handle_attention_backend_compatibility then refuses off SM100: the server does not start
+# on SM12x.  (0.5.6 picks flashinfer there, 0.5.7 trtllm_mha only where is_sm100_supported.)
+# Named (--attention-backend flashinfer), Llama and Qwen3-MoE meet the seed error
+# (docs/coverage.md; measured with the scratch driver, not held here).
+_TRTLLM_MHA = "TRTLLM MHA backend is only supported on Blackwell GPUs (SM100)"
+
+
+def _trtllm_mha_refused(line: int) -> Outcome:
+    return Outcome(error=_TRTLLM_MHA, where=f'srt/server_args.py", line {line}', at_build=True)
+
+
+# The seed error: FlashInfer's fp4_quantize, called raw by the ModelOpt fp4 linear, asks
+# jit/cpp_ext.py:67 get_cuda_version (nvcc --version, a subprocess) inside the compile
+# (flashinfer 0.5.2 and 0.5.3 alike).
+_SEED_JIT = Outcome(error="Attempted to call function marked as skipped", where='flashinfer/jit/cpp_ext.py", line 67')
+
+
+def _downsized_moe(line: int, weight: str = "w13") -> Outcome:
+    """A MoE family's downsized row: loading, the release checks that the fp4 MoE weight
+    scales' last dim is a multiple of 16 (w13: hidden size / 16, DeepSeek's 128 -> 8; w2:
+    moe_intermediate_size / 16, Qwen3-MoE's and GLM-4-MoE's 128 -> 8)."""
+    size = "hidden size (128)" if weight == "w13" else "moe_intermediate_size (128)"
+    return Outcome(
+        error=f"Expected {weight}_weight_scale.dim(2) to be divisible by 16",
+        where=f'layers/quantization/modelopt_quant.py", line {line}', at_build=True,
+        harness_gap=f"the family's downsized {size}: modelopt_quant.py:{line} wants the fp4 MoE "
+                    f"{weight} weight scales' last dim (size / 16) a multiple of 16",
+    )
+
+
+# 0.5.4.post3 ... 0.5.5.post2: the piecewise backend's import (compilation/compile.py:137 /
+# :140, in the first piecewise compile) reaches cuda_piecewise_backend.py:12, which imports
+# weak_ref_tensor_jit: torch.utils.cpp_extension.load of weak_ref_tensor.cpp, a source the
+# wheel does not ship (upstream PR #13204 adds it to the package data; 0.5.5.post3 has no
+# such module).  Every model with piecewise on.
+_NO_WEAK_REF_CPP = Outcome(error="No such file or directory", where='srt/compilation/weak_ref_tensor_jit.py", line 8')
+_DEEPSEEK = ("deepseek-v3", "deepseek-v3-no-fusion", "deepseek-v3.2")
+# 0.5.6.post1's configs/model_config.py:361 reads rope_scaling["factor"] for DeepSeek; under
+# the venv's transformers 5.6.0 a config's rope_scaling is its rope_parameters (no factor).
+_ROPE_FACTOR = Outcome(
+    error="KeyError: 'factor'", where='srt/configs/model_config.py", line 361', at_build=True,
+    harness_gap="the test venv's transformers 5.6.0 (0.5.6.post1 pins 5.0.0rc0): rope_scaling without "
+                "'factor' (configs/model_config.py:361)",
+)
+
 PRISTINE_RELEASES: dict[str, PristineRelease] = {
+    "0.5.4.post3": PristineRelease(
+        flashinfer="0.5.0", torch="2.8.0", transformers="4.57.1", default_prefill=_OPT_IN,
+        families={"llama": _NO_WEAK_REF_CPP, "qwen3": _NO_WEAK_REF_CPP,
+                  **dict.fromkeys(("qwen3-moe", "glm4-moe"), _downsized_moe(1463, "w2")),
+                  **dict.fromkeys(_DEEPSEEK, _downsized_moe(1463))},
+    ),
+    "0.5.5": PristineRelease(
+        flashinfer="0.5.0", torch="2.8.0", transformers="4.57.1", default_prefill=_OPT_IN,
+        families={"llama": _NO_WEAK_REF_CPP, "qwen3": _NO_WEAK_REF_CPP,
+                  **dict.fromkeys(("qwen3-moe", "glm4-moe"), _downsized_moe(1490, "w2")),
+                  **dict.fromkeys(_DEEPSEEK, _downsized_moe(1490))},
+    ),
+    "0.5.5.post1": PristineRelease(
+        flashinfer="0.5.0", torch="2.8.0", transformers="4.57.1", default_prefill=_OPT_IN,
+        families={"llama": _NO_WEAK_REF_CPP, "qwen3": _NO_WEAK_REF_CPP,
+                  **dict.fromkeys(("qwen3-moe", "glm4-moe"), _downsized_moe(1490, "w2")),
+                  **dict.fromkeys(_DEEPSEEK, _downsized_moe(1490))},
+    ),
+    "0.5.5.post2": PristineRelease(
+        flashinfer="0.5.0", torch="2.8.0", transformers="4.57.1", default_prefill=_OPT_IN,
+        families={"llama": _NO_WEAK_REF_CPP, "qwen3": _NO_WEAK_REF_CPP,
+                  **dict.fromkeys(("qwen3-moe", "glm4-moe"), _downsized_moe(1490, "w2")),
+                  **dict.fromkeys(_DEEPSEEK, _downsized_moe(1490))},
+    ),
+    # 0.5.5.post3 (flashinfer 0.5.2): ModelRunner.__init__ builds the piecewise runner;
+    # Llama and Qwen3 meet the seed error (the fp4 linear calls fp4_quantize at
+    # modelopt_quant.py:1109).
+    "0.5.5.post3": PristineRelease(
+        flashinfer="0.5.2", torch="2.8.0", transformers="4.57.1", default_prefill=_OPT_IN,
+        piecewise_needs_cuda_graph="model_executor/model_runner.py:1520 (can_run_piecewise_cuda_graph)",
+        families={"llama": _SEED_JIT, "qwen3": _SEED_JIT,
+                  **dict.fromkeys(("qwen3-moe", "glm4-moe"), _downsized_moe(1534, "w2")),
+                  **dict.fromkeys(_DEEPSEEK, _downsized_moe(1534))},
+    ),
+    # 0.5.6: flashinfer is the MHA default on SM12x; Llama and Qwen3 meet the seed error
+    # (fp4_quantize imported raw at layers/quantization/modelopt_quant.py:65, called at :1201).
+    "0.5.6": PristineRelease(
+        flashinfer="0.5.3", torch="2.9.1", transformers="4.57.1", default_prefill=_OPT_IN,
+        families={"llama": _SEED_JIT, "qwen3": _SEED_JIT,
+                  **dict.fromkeys(("qwen3-moe", "glm4-moe"), _downsized_moe(1637, "w2")),
+                  **dict.fromkeys(_DEEPSEEK, _downsized_moe(1637))},
+    ),
+    "0.5.6.post1": PristineRelease(
+        flashinfer="0.5.3", torch="2.9.1", transformers="5.0.0rc0", default_prefill=_OPT_IN,
+        families={**dict.fromkeys(("llama", "qwen3", "qwen3-moe", "glm4-moe"), _trtllm_mha_refused(1441)),
+                  **dict.fromkeys(_DEEPSEEK, _ROPE_FACTOR)},
+    ),
+    "0.5.6.post2": PristineRelease(
+        flashinfer="0.5.3", torch="2.9.1", transformers="4.57.1", default_prefill=_OPT_IN,
+        families={**dict.fromkeys(("llama", "qwen3", "qwen3-moe", "glm4-moe"), _trtllm_mha_refused(1471)),
+                  **dict.fromkeys(_DEEPSEEK, _downsized_moe(1637))},
+    ),
+    # 0.5.7: flashinfer again the MHA default on SM12x (trtllm_mha only where
+    # is_sm100_supported); Llama and Qwen3 meet the seed error (modelopt_quant.py:1215).
+    "0.5.7": PristineRelease(
+        flashinfer="0.5.3", torch="2.9.1", transformers="4.57.1", default_prefill=_OPT_IN,
+        families={"llama": _SEED_JIT, "qwen3": _SEED_JIT,
+                  **dict.fromkeys(("qwen3-moe", "glm4-moe"), _downsized_moe(1517, "w2")),
+                  **dict.fromkeys(_DEEPSEEK, _downsized_moe(1517))},
+    ),
     # 0.5.12 (the same pins as 0.5.12.post1, which changed DeepSeek-V4 and speculative
     # code): the same outcome, the same file:line; stack sglang-0.5.12.post1's series applies
     # to it with git apply (offsets only, model_runner.py -7 lines).
