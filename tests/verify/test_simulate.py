@@ -6,11 +6,16 @@
 from __future__ import annotations
 
 import json
+import pathlib
+import re
 import textwrap
 from typing import Any
 
+from fp4graph.platforms import overrides
 from fp4graph.verify import simulate
 from harness.child import run_python, tail
+
+LOCKS = pathlib.Path(__file__).resolve().parents[2] / "patches" / "locks"
 
 CHILD = """
 import json, torch
@@ -60,6 +65,24 @@ def test_the_gpus_and_the_sm12x_family() -> None:
     gb10 = simulate.SM121
     assert (gb10.capability, gb10.multi_processor_count, gb10.integrated) == ((12, 1), 48, True)
     assert not simulate.SM120.integrated and simulate.SM120.properties().is_integrated is False
+    assert (simulate.SM120.cuda_version, gb10.cuda_version) == ("12.8", "13.0")
+
+
+def test_gb10_answers_the_cuda_of_the_torch_a_dgx_spark_installs() -> None:
+    """SM121's CUDA is every stack's torch build on linux aarch64: the CUDA build
+    patches/locks/platforms.toml adds (``[[torch]]``), else the lock's own torch, whose
+    CUDA runtime the lock pins for every machine."""
+    cuda = simulate.SM121.cuda_version
+    builds = [b for b in overrides.read(LOCKS)[1] if b.name == "torch" and b.platform.machine == "aarch64"]
+    assert builds and all(b.requirement.endswith(f"+cu{cuda.replace('.', '')}") for b in builds), builds
+    locks = sorted(LOCKS.glob("sglang-*.txt"))
+    assert locks
+    for lock in locks:
+        if any(lock.stem in b.stacks for b in builds):
+            continue
+        runtime = re.search(r"^nvidia-cuda-runtime==(\d+\.\d+)\.\S* ; sys_platform == \"linux\"$",
+                            lock.read_text(), re.M)
+        assert runtime and runtime[1] == cuda, f"{lock}: its torch's CUDA runtime is not {cuda}"
 
 
 def test_torch_answers_as_the_gpu_and_a_rank_has_its_gpu_current() -> None:
@@ -68,7 +91,7 @@ def test_torch_answers_as_the_gpu_and_a_rank_has_its_gpu_current() -> None:
         got, expected = data[key], simulate.GPUS[key]
         assert got["capability"] == list(expected.capability) and got["name"] == expected.name, got
         assert got["sms"] == expected.multi_processor_count and got["integrated"] is expected.integrated, got
-        assert got["cuda"] == "12.8" and got["module"] == "torch.cuda", got
+        assert got["cuda"] == expected.cuda_version and got["module"] == "torch.cuda", got
     rank = data["rank"]
     assert rank["device"] == "cuda:1" and rank["inside"] == 0 and rank["restored"] == 1, rank
     assert rank["after"] == 0 and rank["count"] == 4, rank  # a new machine: device 0 current

@@ -4,8 +4,8 @@ Dynamo tracing is Python-level, so the SM120 failure (and our fix) can be
 traced on a machine without a GPU: tensors come from ``FakeTensorMode`` with
 ``device="cuda"``, and the device queries FlashInfer and SGLang make are
 answered here as a CUDA 12.8 build on an RTX PRO 6000 Blackwell would answer
-them (or on the other GPUs of :data:`GPUS`: a DGX Spark's GB10, SM121, and a
-B200, SM100).  Call :func:`install` before importing flashinfer or sglang: both
+them (or on the other GPUs of :data:`GPUS`: a DGX Spark's GB10, SM121, with the
+CUDA 13.0 build a DGX Spark installs, and a B200, SM100).  Call :func:`install` before importing flashinfer or sglang: both
 pick their SM12x code paths at import time.
 
 Every replacement is a plain function returning plain data (a namedtuple for
@@ -102,12 +102,16 @@ SM100 = SimulatedGpu(
 )
 # DGX Spark: GB10 (Grace Blackwell), compute capability 12.1, 48 SMs, 128 GB of LPDDR5x
 # unified memory that device allocations share with the CPU (is_integrated); one GPU.
+# Its torch is a CUDA 13.0 build (SM121a needs CUDA 12.9+): patches/locks/platforms.toml
+# installs torch 2.9.1+cu130 there (sglang 0.5.8 ... 0.5.10.post1), and PyPI's torch
+# 2.11.0+ is a CUDA 13.0 build (the locks of 0.5.11+ pin nvidia-cuda-runtime 13.0).
 SM121 = SimulatedGpu(
     name="NVIDIA GB10",
     capability=(12, 1),
     multi_processor_count=48,
     total_memory=128 * GiB,
     l2_cache_size=24 << 20,
+    cuda_version="13.0",
     integrated=True,
 )
 GPUS = {gpu.arch: gpu for gpu in (SM120, SM121, SM100)}

@@ -218,35 +218,19 @@ _MLA = ("deepseek-v3", "deepseek-v3-no-fusion", "glm5", "deepseek-v3.2")
 # dsa_backend.py:2131 / :2133 -> kernels/ops/attention/flash_mla_sm120.py:622) 11 seq_lens
 # for 12 query tokens: FlashInfer (0.6.15.post1 mla/_core.py:521, 0.6.17 :533) refuses them.
 # DeepSeek-V3.2 takes flashmla_sparse there (a stand-in kernel, no shape check).
-# On the simulated SM121 the same kernel stops at its first (capture) call: the simulation
-# answers a CUDA 12.8 torch (fp4graph.verify.simulate.SimulatedGpu.cuda_version) and
-# FlashInfer's SM120 sparse MLA takes SM121a only from CUDA 13.0 (0.6.15.post1 / 0.6.17
-# mla/_core.py): which CUDA a GB10 user's torch has is not settled here (held as a gap).
-_GLM5_0517_SM121 = Outcome(
-    error="SM120 sparse MLA requires SM120a (CUDA >= 12.8) or SM121a (CUDA >= 13.0)",
-    where='srt/layers/attention/dsa_backend.py", line 2131',
-    harness_gap="the simulated SM121 answers a CUDA 12.8 torch; FlashInfer's SM120 sparse MLA "
-                "(mla/_core.py) wants CUDA 13.0 for SM121a",
-)
+# The simulated SM121 (GB10, a CUDA 13.0 torch) does the same, file:line included.
 _GLM5_0517 = Outcome(
     error="seq_lens for SM120 sparse MLA v32/GLM must be shaped either",
     where='srt/layers/attention/dsa_backend.py", line 2131',
-    sm121=_GLM5_0517_SM121,
 )
-_GLM5_0518 = dataclasses.replace(
-    _GLM5_0517, where='srt/layers/attention/dsa_backend.py", line 2133',
-    sm121=dataclasses.replace(_GLM5_0517_SM121, where='srt/layers/attention/dsa_backend.py", line 2133'),
-)
+_GLM5_0518 = dataclasses.replace(_GLM5_0517, where='srt/layers/attention/dsa_backend.py", line 2133')
 
 # 0.5.19: GLM-5 (8 heads, as a --tp 8 rank of the real model: families.py) captures and
 # breaks in the first padded replay as on 0.5.18, dsa_backend.py:2134 -> FlashInfer 0.6.18
-# mla/_core.py:534.  On the simulated SM121 FlashInfer's CUDA check stops it first, at
-# mla/_core.py:625 (the harness gap of _GLM5_0517_SM121).
-_GLM5_SM121_0618 = dataclasses.replace(_GLM5_0517_SM121, where='flashinfer/mla/_core.py", line 625')
+# mla/_core.py:534; SM121 the same.
 _GLM5_0519 = Outcome(
     error="seq_lens for SM120 sparse MLA v32/GLM must be shaped either",
     where='srt/layers/attention/dsa_backend.py", line 2134',
-    sm121=_GLM5_SM121_0618,
 )
 
 
@@ -275,9 +259,8 @@ _FROM_0520 = {
     "llama": WORKS, "qwen3": WORKS, "qwen3-moe": _IMPORT_TORCHADA, "deepseek-v3": _IMPORT_TORCHADA,
     "deepseek-v3-no-fusion": _IMPORT_TORCHADA, "glm4-moe": _IMPORT_TORCHADA,
     "deepseek-v3.2": _IMPORT_TORCHADA,
-    # GLM-5 too (from dsa_backend.py:117); on the simulated SM121 FlashInfer's CUDA check
-    # in the eager runner stops it first.
-    "glm5": dataclasses.replace(_IMPORT_TORCHADA, sm121=_GLM5_SM121_0618),
+    # GLM-5 too (from dsa_backend.py:117), SM121 the same.
+    "glm5": _IMPORT_TORCHADA,
 }
 
 # 0.5.21: the same torchada import (srt/utils/common.py:226, from dsa/utils.py:117, reached
@@ -292,7 +275,7 @@ _FROM_0521 = {
     # GLM-5 and DeepSeek-V3.2 too (the DSA backend's JIT top-k module asks the device for
     # its cluster occupancy first, kernels/jit/utils/occupancy.py:31: stand_ins.ClusterProbe).
     "deepseek-v3.2": _IMPORT_TORCHADA_0521,
-    "glm5": dataclasses.replace(_IMPORT_TORCHADA_0521, sm121=_GLM5_SM121_0618),
+    "glm5": _IMPORT_TORCHADA_0521,
 }
 
 # 0.5.4 ... 0.5.7: piecewise is opt-in (--enable-piecewise-cuda-graph), measured under

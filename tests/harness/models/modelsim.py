@@ -37,9 +37,9 @@ What runs is sglang's own code, end to end, for the release on the path:
 
 Stand-ins, and only these (tests/harness/models/stand_ins.py):
 
-1. the device: CPU torch answers as a CUDA 12.8 build on RTX PRO 6000s (SM120), or on
-   a DGX Spark's GB10 (SM121: 48 SMs, unified memory, ``is_integrated``)
-   (``fp4graph.verify.simulate``), one GPU per rank of the case, the rank's current; an
+1. the device: CPU torch answers as a CUDA 12.8 build on RTX PRO 6000s (SM120), or as
+   the CUDA 13.0 build a DGX Spark installs on its GB10 (SM121: 48 SMs, unified memory,
+   ``is_integrated``) (``fp4graph.verify.simulate``), one GPU per rank of the case, the rank's current; an
    ``nvidia-smi`` on PATH answering the same (a GB10's answers ``[N/A]`` for its memory,
    which it shares with the CPU); whether the device runs Triton is asked once while it
    is visible;
