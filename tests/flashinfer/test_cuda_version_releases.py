@@ -13,7 +13,7 @@ nvcc runs, what it answers, what those decisions become, and whether a function 
 it can be traced by ``torch.compile(fullgraph=True)`` (the peer's symptom).  Our series
 (0.6.x revision 3+, ``cuda-version``) split the reading: test_cuda_version.py.  The series
 with ``sm120-nvcc-12-8`` (the backport of flashinfer #3633: 0.6.7.post2 ... 0.6.11.post1, and
-0.6.12, 0.6.14, 0.6.15.post1 for sglang 0.5.13 ... 0.5.17) are checked here with nvcc 12.8,
+0.6.12, 0.6.14, 0.6.15.post1, 0.6.17, 0.6.18 for sglang 0.5.13 ... 0.5.21) are checked here with nvcc 12.8,
 pristine and the revision before the backport beside patched, all in one child:
 test_nvcc_12_8_beside_torch_cu130.
 
@@ -40,7 +40,7 @@ from fp4graph.model import projects, series
 from fp4graph.model.stacks import load
 from fp4graph.wheels.apply import apply_patch
 from harness.child import CaseReport, run_forked
-from harness.targets import full_matrix, versions_with_topic
+from harness.targets import beside_sglang, full_matrix, versions_with_topic
 from harness.toolkits import fake_cuda_home
 
 PROJECT = "flashinfer-python"
@@ -124,11 +124,8 @@ def fixed_releases() -> list[str]:
     fixed = versions_with_topic(PROJECT, FIX)
     if full_matrix():
         return fixed
-    catalog = load(REPO / "patches" / "stacks.toml")
-    beside_sglang = {artifact.version for stack in catalog.stacks
-                     if any(key.startswith("sglang==") for key in stack.artifacts)
-                     for artifact in catalog.stack_artifacts(stack) if artifact.project == PROJECT}
-    return [version for version in fixed if version in beside_sglang]
+    shipped = beside_sglang(PROJECT)
+    return [version for version in fixed if version in shipped]
 
 
 def link_or_copy(source: str, dest: str) -> None:

@@ -42,6 +42,14 @@ def ci_versions(versions: list[str], project: str = FLASHINFER, repo: pathlib.Pa
     return [v for v in versions if v in seed or v == versions[-1]] or [versions[-1]]
 
 
+def beside_sglang(project: str = FLASHINFER, repo: pathlib.Path = REPO) -> set[str]:
+    """The versions of ``project`` some sglang stack ships (not a flashinfer-only stack's)."""
+    catalog = stacks.load(repo / "patches" / "stacks.toml")
+    return {artifact.version for stack in catalog.stacks
+            if any(key.startswith("sglang==") for key in stack.artifacts)
+            for artifact in catalog.stack_artifacts(stack) if artifact.project == project}
+
+
 def ci_stacks(names: list[str]) -> list[str]:
     """The stacks a matrix's per-stack checks of a whole release (one child with that
     release's sglang) run on: all of ``names`` in the full tier; in CI the seed stack and the

@@ -53,6 +53,16 @@ def test_sglang_targets_are_the_stacks_whose_sglang_has_a_series(tmp_path: pathl
     assert targets.pinned_versions("flashinfer-python", repo) == ["0.6.3", "0.6.7.post2", "0.6.11.post1"]
 
 
+def test_beside_sglang_leaves_out_flashinfer_only_stacks(tmp_path: pathlib.Path) -> None:
+    repo = _repo(tmp_path, {"0.5.12": "0.6.11.post1"}, {})
+    catalog = repo / "patches" / "stacks.toml"
+    catalog.write_text(catalog.read_text() + CATALOG.format(fi="0.6.18", sha="2" * 64)
+                       + '\n[[stack]]\nname = "flashinfer-0.6.18"\nartifacts = ["flashinfer-python==0.6.18"]\n')
+    assert targets.pinned_versions("flashinfer-python", repo) == ["0.6.11.post1", "0.6.18"]
+    assert targets.beside_sglang("flashinfer-python", repo) == {"0.6.11.post1"}
+    assert targets.beside_sglang("sglang", repo) == {"0.5.12"}
+
+
 def test_versions_with_topic_reads_the_series_and_its_bounds(tmp_path: pathlib.Path) -> None:
     versions = {"0.6.1": "fused-moe-ops", "0.6.3": "fused-moe-ops", "0.7.4": "fused-moe-ops", "0.6.8": "other"}
     series = {("flashinfer-python", v): "0001-x.patch\n" for v in versions}

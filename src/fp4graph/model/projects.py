@@ -136,8 +136,10 @@ def _public_functions_use_ops(members: tuple[str, ...], *functions: str) -> tupl
 
 
 # The flashinfer series that make the fp4 entry points traceable: all but the CUDA-version
-# ones (0.6.11.post1 ... 0.6.15.post1).
-_TRACING_SERIES = SpecifierSet("!=0.6.11.post1,!=0.6.12,!=0.6.14,!=0.6.15.post1")
+# ones (0.6.11.post1 ... 0.6.18).
+_TRACING_SERIES = SpecifierSet(
+    "!=0.6.11.post1,!=0.6.12,!=0.6.14,!=0.6.15.post1,!=0.6.17,!=0.6.18"
+)
 
 FLASHINFER = Project(
     name="flashinfer-python",
@@ -149,7 +151,8 @@ FLASHINFER = Project(
     # What docs/coverage.md promises for every flashinfer series.  0.6.11.post1's serves
     # only sglang 0.5.12.post1, which wraps fp4_quantize in its own op and traces every
     # NVFP4 family on pristine flashinfer: its series is the CUDA-version fix alone, as are
-    # 0.6.12's, 0.6.14's and 0.6.15.post1's (sglang 0.5.13 ... 0.5.17, served unpatched).
+    # 0.6.12's, 0.6.14's, 0.6.15.post1's, 0.6.17's and 0.6.18's (sglang 0.5.13 ... 0.5.21,
+    # served unpatched).
     required_topics=(
         RequiredTopic(name="cuda-version", why="runtime checks read torch.version.cuda, not nvcc"),
         # Upstream's "SM 12.x requires CUDA >= 12.9" rule (pristine 0.6.7.post2 ... 0.6.11.post1;
