@@ -314,6 +314,14 @@ def _downsized_moe(line: int, weight: str = "w13") -> Outcome:
     )
 
 
+def _dense_and_downsized_moe(dense: Outcome, line: int) -> dict[str, Outcome]:
+    """A release before 0.5.8: Llama and Qwen3 as ``dense``; the MoE families stop at its
+    fp4 MoE weight-scale check (``modelopt_quant.py:line``, :func:`_downsized_moe`)."""
+    return {"llama": dense, "qwen3": dense,
+            **dict.fromkeys(("qwen3-moe", "glm4-moe"), _downsized_moe(line, "w2")),
+            **dict.fromkeys(_DEEPSEEK, _downsized_moe(line))}
+
+
 # 0.5.4.post3 ... 0.5.5.post2: the piecewise backend's import (compilation/compile.py:137 /
 # :140, in the first piecewise compile) reaches cuda_piecewise_backend.py:12, which imports
 # weak_ref_tensor_jit: torch.utils.cpp_extension.load of weak_ref_tensor.cpp, a source the
@@ -332,27 +340,19 @@ _ROPE_FACTOR = Outcome(
 PRISTINE_RELEASES: dict[str, PristineRelease] = {
     "0.5.4.post3": PristineRelease(
         flashinfer="0.5.0", torch="2.8.0", transformers="4.57.1", default_prefill=_OPT_IN,
-        families={"llama": _NO_WEAK_REF_CPP, "qwen3": _NO_WEAK_REF_CPP,
-                  **dict.fromkeys(("qwen3-moe", "glm4-moe"), _downsized_moe(1463, "w2")),
-                  **dict.fromkeys(_DEEPSEEK, _downsized_moe(1463))},
+        families=_dense_and_downsized_moe(_NO_WEAK_REF_CPP, 1463),
     ),
     "0.5.5": PristineRelease(
         flashinfer="0.5.0", torch="2.8.0", transformers="4.57.1", default_prefill=_OPT_IN,
-        families={"llama": _NO_WEAK_REF_CPP, "qwen3": _NO_WEAK_REF_CPP,
-                  **dict.fromkeys(("qwen3-moe", "glm4-moe"), _downsized_moe(1490, "w2")),
-                  **dict.fromkeys(_DEEPSEEK, _downsized_moe(1490))},
+        families=_dense_and_downsized_moe(_NO_WEAK_REF_CPP, 1490),
     ),
     "0.5.5.post1": PristineRelease(
         flashinfer="0.5.0", torch="2.8.0", transformers="4.57.1", default_prefill=_OPT_IN,
-        families={"llama": _NO_WEAK_REF_CPP, "qwen3": _NO_WEAK_REF_CPP,
-                  **dict.fromkeys(("qwen3-moe", "glm4-moe"), _downsized_moe(1490, "w2")),
-                  **dict.fromkeys(_DEEPSEEK, _downsized_moe(1490))},
+        families=_dense_and_downsized_moe(_NO_WEAK_REF_CPP, 1490),
     ),
     "0.5.5.post2": PristineRelease(
         flashinfer="0.5.0", torch="2.8.0", transformers="4.57.1", default_prefill=_OPT_IN,
-        families={"llama": _NO_WEAK_REF_CPP, "qwen3": _NO_WEAK_REF_CPP,
-                  **dict.fromkeys(("qwen3-moe", "glm4-moe"), _downsized_moe(1490, "w2")),
-                  **dict.fromkeys(_DEEPSEEK, _downsized_moe(1490))},
+        families=_dense_and_downsized_moe(_NO_WEAK_REF_CPP, 1490),
     ),
     # 0.5.5.post3 (flashinfer 0.5.2): ModelRunner.__init__ builds the piecewise runner;
     # Llama and Qwen3 meet the seed error (the fp4 linear calls fp4_quantize at
@@ -360,17 +360,13 @@ PRISTINE_RELEASES: dict[str, PristineRelease] = {
     "0.5.5.post3": PristineRelease(
         flashinfer="0.5.2", torch="2.8.0", transformers="4.57.1", default_prefill=_OPT_IN,
         piecewise_needs_cuda_graph="model_executor/model_runner.py:1520 (can_run_piecewise_cuda_graph)",
-        families={"llama": _SEED_JIT, "qwen3": _SEED_JIT,
-                  **dict.fromkeys(("qwen3-moe", "glm4-moe"), _downsized_moe(1534, "w2")),
-                  **dict.fromkeys(_DEEPSEEK, _downsized_moe(1534))},
+        families=_dense_and_downsized_moe(_SEED_JIT, 1534),
     ),
     # 0.5.6: flashinfer is the MHA default on SM12x; Llama and Qwen3 meet the seed error
     # (fp4_quantize imported raw at layers/quantization/modelopt_quant.py:65, called at :1201).
     "0.5.6": PristineRelease(
         flashinfer="0.5.3", torch="2.9.1", transformers="4.57.1", default_prefill=_OPT_IN,
-        families={"llama": _SEED_JIT, "qwen3": _SEED_JIT,
-                  **dict.fromkeys(("qwen3-moe", "glm4-moe"), _downsized_moe(1637, "w2")),
-                  **dict.fromkeys(_DEEPSEEK, _downsized_moe(1637))},
+        families=_dense_and_downsized_moe(_SEED_JIT, 1637),
     ),
     "0.5.6.post1": PristineRelease(
         flashinfer="0.5.3", torch="2.9.1", transformers="5.0.0rc0", default_prefill=_OPT_IN,
@@ -386,9 +382,7 @@ PRISTINE_RELEASES: dict[str, PristineRelease] = {
     # is_sm100_supported); Llama and Qwen3 meet the seed error (modelopt_quant.py:1215).
     "0.5.7": PristineRelease(
         flashinfer="0.5.3", torch="2.9.1", transformers="4.57.1", default_prefill=_OPT_IN,
-        families={"llama": _SEED_JIT, "qwen3": _SEED_JIT,
-                  **dict.fromkeys(("qwen3-moe", "glm4-moe"), _downsized_moe(1517, "w2")),
-                  **dict.fromkeys(_DEEPSEEK, _downsized_moe(1517))},
+        families=_dense_and_downsized_moe(_SEED_JIT, 1517),
     ),
     # 0.5.12 (the same pins as 0.5.12.post1, which changed DeepSeek-V4 and speculative
     # code): the same outcome, the same file:line; stack sglang-0.5.12.post1's series applies
