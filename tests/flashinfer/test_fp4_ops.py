@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import tempfile
 from typing import Any
 
 import pytest
@@ -107,7 +106,7 @@ _cache: dict[tuple, dict[str, Any]] = {}
 
 
 @pytest.fixture(scope="session")
-def child(wheel_tree):
+def child(wheel_tree, tmp_path_factory):
     def get(version: str, gpu: str, patched: bool, mode: str, **extra: Any) -> dict[str, Any]:
         key = (version, gpu, patched, mode, json.dumps(extra, sort_keys=True))
         if key not in _cache:
@@ -118,7 +117,7 @@ def child(wheel_tree):
                 "version": version,
                 "patched": patched,
                 "dynamic": [False, True],
-                "tmp": tempfile.mkdtemp(prefix="fi-jit-"),
+                "tmp": str(tmp_path_factory.mktemp("fi-jit")),
                 **extra,
             }
             _cache[key] = _run(tree, req)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -80,7 +79,7 @@ def _run(tree: pathlib.Path, request: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def moe_results(wheel_tree) -> dict[tuple[str, str, bool], dict[str, Any]]:
+def moe_results(wheel_tree, tmp_path_factory) -> dict[tuple[str, str, bool], dict[str, Any]]:
     """Every child of every version, two at a time (each is one CPU-bound process)."""
     jobs = []
     for version in VERSIONS:
@@ -92,7 +91,7 @@ def moe_results(wheel_tree) -> dict[tuple[str, str, bool], dict[str, Any]]:
                 "gpu": gpu,
                 "version": version,
                 "patched": patched,
-                "tmp": tempfile.mkdtemp(prefix="fi-moe-jit-"),
+                "tmp": str(tmp_path_factory.mktemp("fi-moe-jit")),
                 **spec,
             }
             jobs.append(((version, gpu, patched), tree, req))

@@ -16,6 +16,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
@@ -37,19 +38,24 @@ def run_python(
     ``interpreter`` (an argv prefix: the emulated aarch64 python's, say).
 
     Each trace runs in its own interpreter: Dynamo caches, torch.library
-    registrations and the simulated device are process-wide state.
+    registrations and the simulated device are process-wide state.  The child's
+    ``TMPDIR`` is a directory of its own, removed when it exits (what the simulated
+    device, the JIT stand-ins and sglang write there), unless ``env`` names one.
     """
     child_env = dict(os.environ)
     child_env.update(env or {})
     child_env["PYTHONPATH"] = os.pathsep.join([*map(str, path), str(SRC)])
     child_env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(pathlib.Path.home() / ".cache/fp4graph/inductor"))
-    return subprocess.run(
-        [*interpreter, "-c", code],
-        capture_output=True,
-        text=True,
-        env=child_env,
-        timeout=timeout,
-    )
+    with tempfile.TemporaryDirectory(prefix="fp4graph-child-") as tmp:
+        if not (env and "TMPDIR" in env):
+            child_env["TMPDIR"] = tmp
+        return subprocess.run(
+            [*interpreter, "-c", code],
+            capture_output=True,
+            text=True,
+            env=child_env,
+            timeout=timeout,
+        )
 
 
 def tail(result: subprocess.CompletedProcess[str], n: int = 3000) -> str:

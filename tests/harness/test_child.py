@@ -24,6 +24,20 @@ def test_trees_come_first_then_fp4graph(tmp_path: pathlib.Path) -> None:
     assert pathlib.Path(package).is_relative_to(child.SRC)
 
 
+def test_a_child_temporary_directory_is_its_own_and_removed(tmp_path: pathlib.Path) -> None:
+    """What a child leaves in its temporary directory (the simulation's ``mkdtemp`` trees)
+    is gone when it returns; a ``TMPDIR`` the caller names is kept."""
+    code = "import tempfile; d = tempfile.mkdtemp(prefix='left-'); open(d + '/f', 'w').close(); print(d)"
+    result = child.run_python(code)
+    assert result.returncode == 0, child.tail(result)
+    made = pathlib.Path(result.stdout.strip())
+    assert made.name.startswith("left-") and made.parent.name.startswith("fp4graph-child-")
+    assert not made.parent.exists()
+    kept = child.run_python(code, env={"TMPDIR": str(tmp_path)})
+    assert kept.returncode == 0, child.tail(kept)
+    assert pathlib.Path(kept.stdout.strip()).parent == tmp_path and any(tmp_path.iterdir())
+
+
 def test_tail_keeps_the_end_of_both_streams() -> None:
     result = child.run_python("import sys; print('o' * 50 + 'END'); sys.stderr.write('e' * 50 + 'ERR'); sys.exit(3)")
     text = child.tail(result, n=5)
