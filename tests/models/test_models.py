@@ -274,6 +274,7 @@ def test_whole_model(
     request: pytest.FixtureRequest, wheel_tree: Any, stack: simulation.SglangStack, patched: bool, case: Case
 ) -> None:
     report = result(request, wheel_tree, stack, patched, case)
+    assert report["torch_cuda"] == simulation.simulated_cuda(stack, case.gpu), describe(report)  # the stack's torch
     assert report["stage"] != "build", describe(report)
     for name, value in expect(stack.sglang, case.family, families.ROWS[case.family]).items():
         assert report.get(name) == value, (name, describe(report))

@@ -154,6 +154,7 @@ def test_pristine_release(request: pytest.FixtureRequest, wheel_tree: Any, targe
                           case: Case) -> None:
     outcome = expected.pristine_release(target.sglang).families[case.family].on(case.gpu)
     report = report_of(request, wheel_tree, target, case)
+    assert report["torch_cuda"] == simulation.simulated_cuda(target, case.gpu), describe(report)  # its torch's
     if expected.pristine_release(target.sglang).no_piecewise:  # 0.5.22+: the selection is refused
         text = report.get("error_text", "") + report.get("traceback", "")
         assert not report["ok"] and outcome.error in text and outcome.where in text, describe(report)

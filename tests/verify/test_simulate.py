@@ -47,6 +47,8 @@ for bad in (2, "cuda:5"):
 simulate.set_device_count(4)
 out["rank"] = {"device": str(x.device), "inside": inside, "restored": restored,
                "after": torch.cuda.current_device(), "errors": errors, "count": torch.cuda.device_count()}
+simulate.install(simulate.SM120, device_count=2, cuda_version="13.0")  # a torch built for CUDA 13.0
+out["told"] = torch.version.cuda
 print("OUT " + json.dumps(out))
 """
 
@@ -85,6 +87,39 @@ def test_gb10_answers_the_cuda_of_the_torch_a_dgx_spark_installs() -> None:
         assert runtime and runtime[1] == cuda, f"{lock}: its torch's CUDA runtime is not {cuda}"
 
 
+# x86_64: the CUDA runtime a lock pins for every linux machine, or for x86_64 beside another
+# one for aarch64 (0.5.8 ... 0.5.10.post1: cu12 on x86_64).
+X86_64_RUNTIME = re.compile(r'^nvidia-cuda-runtime(?:-cu\d+)?==(\d+\.\d+)\.\S* ; '
+                            r'(?:platform_machine == "x86_64" and )?sys_platform == "linux"$', re.M)
+
+
+def test_sm120_answers_the_cuda_of_the_torch_each_lock_installs() -> None:
+    """torch_cuda (what the whole-model simulation's SM120 answers for a stack) is the CUDA
+    runtime each lock pins beside its torch for linux x86_64 (PyPI's torch 2.8.0 / 2.9.1:
+    12.8; 2.11.0: 13.0), and on SM121 every stack's 13.0; a local label names its CUDA."""
+    locks = sorted(LOCKS.glob("sglang-*.txt"))
+    seen = set()
+    for lock in locks:
+        text = lock.read_text()
+        torch_pin = re.search(r"^torch==(\S+)$", text, re.M)
+        runtime = X86_64_RUNTIME.findall(text)
+        assert torch_pin and len(runtime) == 1, f"{lock}: no torch pin or not one x86_64 CUDA runtime"
+        assert simulate.torch_cuda(simulate.SM120, torch_pin[1]) == runtime[0], lock
+        assert simulate.torch_cuda(simulate.SM121, torch_pin[1]) == "13.0", lock
+        seen.add(runtime[0])
+    assert seen == {"12.8", "13.0"}, seen  # both sides of FIRST_CUDA13_TORCH are held
+    assert simulate.torch_cuda(simulate.SM120, "2.9.1+cu130") == "13.0"
+    assert simulate.torch_cuda(simulate.SM120, "2.11.0+cu128") == "12.8"
+    assert simulate.torch_cuda(simulate.SM100, "2.14.1") == "13.0"
+    for bad in ("2", "2.x.1", "latest"):
+        try:
+            simulate.torch_cuda(simulate.SM120, bad)
+        except ValueError as exc:
+            assert repr(bad) in str(exc)
+        else:
+            raise AssertionError(f"torch {bad!r} was taken")
+
+
 def test_torch_answers_as_the_gpu_and_a_rank_has_its_gpu_current() -> None:
     data = _child()
     for key in ("sm120", "sm121"):
@@ -92,6 +127,7 @@ def test_torch_answers_as_the_gpu_and_a_rank_has_its_gpu_current() -> None:
         assert got["capability"] == list(expected.capability) and got["name"] == expected.name, got
         assert got["sms"] == expected.multi_processor_count and got["integrated"] is expected.integrated, got
         assert got["cuda"] == expected.cuda_version and got["module"] == "torch.cuda", got
+    assert data["told"] == "13.0", data
     rank = data["rank"]
     assert rank["device"] == "cuda:1" and rank["inside"] == 0 and rank["restored"] == 1, rank
     assert rank["after"] == 0 and rank["count"] == 4, rank  # a new machine: device 0 current

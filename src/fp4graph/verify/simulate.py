@@ -5,8 +5,11 @@ traced on a machine without a GPU: tensors come from ``FakeTensorMode`` with
 ``device="cuda"``, and the device queries FlashInfer and SGLang make are
 answered here as a CUDA 12.8 build on an RTX PRO 6000 Blackwell would answer
 them (or on the other GPUs of :data:`GPUS`: a DGX Spark's GB10, SM121, with the
-CUDA 13.0 build a DGX Spark installs, and a B200, SM100).  Call :func:`install` before importing flashinfer or sglang: both
-pick their SM12x code paths at import time.
+CUDA 13.0 build a DGX Spark installs, and a B200, SM100).  ``torch.version.cuda`` is
+the GPU's unless :func:`install` is told otherwise: :func:`torch_cuda` says which CUDA
+the torch a stack pins is built for on that GPU's machine (SM120 answers 13.0 for torch
+2.11.0+).  Call :func:`install` before importing flashinfer or sglang: both pick their
+SM12x code paths at import time.
 
 Every replacement is a plain function returning plain data (a namedtuple for
 device properties), because Dynamo cannot trace ``unittest.mock`` objects and
@@ -115,6 +118,10 @@ SM121 = SimulatedGpu(
     integrated=True,
 )
 GPUS = {gpu.arch: gpu for gpu in (SM120, SM121, SM100)}
+# PyPI's torch for linux x86_64 (SM120, SM100 machines) is a CUDA 13.0 build from this
+# release on (the locks of sglang 0.5.11+ pin nvidia-cuda-runtime 13.0), a CUDA 12.8 build
+# before it (2.8.0, 2.9.1: nvidia-cuda-runtime-cu12 12.8.90).
+FIRST_CUDA13_TORCH = (2, 11)
 # The SM12x family (consumer / workstation Blackwell, no tcgen05): the GPUs every path the
 # series take on SM120 must also take.
 SM12X = tuple(gpu for gpu in GPUS.values() if gpu.capability[0] == 12)
@@ -157,8 +164,27 @@ def compiling() -> Iterator[None]:
         _available.pop()
 
 
-def install(gpu: SimulatedGpu = SM120, *, device_count: int = 1) -> None:
-    """Answer torch's CUDA device queries as ``gpu`` would, process-wide."""
+def torch_cuda(gpu: SimulatedGpu, torch_version: str) -> str:
+    """``torch.version.cuda`` of the torch ``torch_version`` (``2.11.0``, ``2.9.1+cu130``)
+    that a user of ``gpu`` installs: a CUDA build's local label where it has one (``cuNNN``);
+    on SM121 the GPU's (every aarch64 stack installs a CUDA 13.0 torch); else PyPI's build
+    for linux x86_64 (:data:`FIRST_CUDA13_TORCH`)."""
+    release, _, label = torch_version.partition("+")
+    parts = release.split(".")
+    if len(parts) < 2 or not all(part.isdigit() for part in parts):
+        raise ValueError(f"torch {torch_version!r} is not a torch release (X.Y.Z[+label])")
+    if label.startswith("cu") and label[2:].isdigit() and len(label) > 3:
+        return f"{label[2:-1]}.{label[-1]}"
+    if gpu.capability == (12, 1):
+        return gpu.cuda_version
+    return "13.0" if (int(parts[0]), int(parts[1])) >= FIRST_CUDA13_TORCH else "12.8"
+
+
+def install(
+    gpu: SimulatedGpu = SM120, *, device_count: int = 1, cuda_version: str | None = None
+) -> None:
+    """Answer torch's CUDA device queries as ``gpu`` would, process-wide; ``torch.version.cuda``
+    is ``cuda_version`` where given (:func:`torch_cuda`), else the GPU's."""
     props = gpu.properties()
 
     def get_device_capability(device: Any = None) -> tuple[int, int]:
@@ -199,7 +225,7 @@ def install(gpu: SimulatedGpu = SM120, *, device_count: int = 1) -> None:
     def is_current_stream_capturing() -> bool:
         return False
 
-    torch.version.cuda = gpu.cuda_version
+    torch.version.cuda = cuda_version or gpu.cuda_version
     # A fake CUDA tensor initialises the real CUDA context when torch believes
     # one exists (CUDA builds of torch, e.g. the stacks' own pins): skip that.
     from torch._subclasses import fake_tensor

@@ -18,15 +18,23 @@ from harness.models import collectives, stand_ins
 STATE: dict[str, Any] = {}
 
 
-def prepare(record_path: str | None = None, gpu_name: str = "sm120", *, installed: bool = False) -> None:
+def prepare(
+    record_path: str | None = None, gpu_name: str = "sm120", *, installed: bool = False, cuda_version: str | None = None
+) -> None:
     """Simulate the device (``gpu_name``: a key of ``fp4graph.verify.simulate.GPUS``) and
     install every stand-in; import sglang's model registry. ``installed``: sglang and its
-    dependencies are this venv's (see the docstring)."""
+    dependencies are this venv's (see the docstring). ``cuda_version``: what
+    ``torch.version.cuda`` answers (the parent's ``simulation.simulated_cuda``); where not
+    given, that of this venv's torch when ``installed``, else the GPU's."""
+    import importlib.metadata
+
     from fp4graph.verify import simulate
 
     gpu = simulate.GPUS[gpu_name]
+    if cuda_version is None and installed:  # the venv's torch is the one its users install
+        cuda_version = simulate.torch_cuda(gpu, importlib.metadata.version("torch"))
     STATE["gpu"] = gpu
-    simulate.install(gpu)
+    simulate.install(gpu, cuda_version=cuda_version)
     import torch
 
     stand_ins.install_cuda_visible_to_traced_code()

@@ -37,9 +37,11 @@ What runs is sglang's own code, end to end, for the release on the path:
 
 Stand-ins, and only these (tests/harness/models/stand_ins.py):
 
-1. the device: CPU torch answers as a CUDA 12.8 build on RTX PRO 6000s (SM120), or as
-   the CUDA 13.0 build a DGX Spark installs on its GB10 (SM121: 48 SMs, unified memory,
-   ``is_integrated``) (``fp4graph.verify.simulate``), one GPU per rank of the case, the rank's current; an
+1. the device: CPU torch answers as the CUDA build of the stack's torch on RTX PRO 6000s
+   (SM120: PyPI's, CUDA 12.8 for torch 2.8.0 / 2.9.1, 13.0 for 2.11.0+), or as the CUDA
+   13.0 build a DGX Spark installs on its GB10 (SM121: 48 SMs, unified memory,
+   ``is_integrated``) (``fp4graph.verify.simulate``; ``simulation.simulated_cuda``, each
+   report's ``torch_cuda``), one GPU per rank of the case, the rank's current; an
    ``nvidia-smi`` on PATH answering the same (a GB10's answers ``[N/A]`` for its memory,
    which it shares with the CPU); whether the device runs Triton is asked once while it
    is visible;
@@ -178,6 +180,9 @@ __all__ = ["STATE", "Built", "build", "capture", "fake_mode", "main", "prepare",
 def main(request_json: str) -> None:
     """The child's entry (:mod:`simulation`): prepare, run every case, report them."""
     request = json.loads(request_json)
-    prepare(request.get("record"), request.get("gpu", "sm120"), installed=request.get("installed", False))
-    results = run_cases(request["cases"])
+    prepare(request.get("record"), request.get("gpu", "sm120"), installed=request.get("installed", False),
+            cuda_version=request.get("cuda_version"))
+    import torch
+
+    results = [report | {"torch_cuda": torch.version.cuda} for report in run_cases(request["cases"])]
     stand_ins.report("MODELS", results)

@@ -42,6 +42,7 @@ class SglangStack:
     name: str
     sglang: str
     flashinfer: str
+    torch: str | None = None  # the torch its users install (the stack's, the release row's pin)
 
     def has_series(self, project: str) -> bool:
         version = self.sglang if project == "sglang" else self.flashinfer
@@ -51,8 +52,8 @@ class SglangStack:
 def sglang_stacks() -> list[SglangStack]:
     """Every stack of patches/stacks.toml that pins sglang (and its flashinfer)."""
     catalog = load(REPO / "patches" / "stacks.toml")
-    versions = [(stack.name, catalog.versions(stack)) for stack in catalog.sglang_stacks()]
-    return [SglangStack(name, v["sglang"], v["flashinfer-python"]) for name, v in versions]
+    return [SglangStack(stack.name, v["sglang"], v["flashinfer-python"], stack.torch)
+            for stack, v in ((s, catalog.versions(s)) for s in catalog.sglang_stacks())]
 
 
 def pristine_releases() -> list[SglangStack]:
@@ -67,7 +68,7 @@ def pristine_releases() -> list[SglangStack]:
     for key, artifact in catalog.artifacts.items():
         if artifact.project == "sglang" and key not in in_stacks:
             row = expected.pristine_release(artifact.version)
-            out.append(SglangStack(f"sglang-{artifact.version}", artifact.version, row.flashinfer))
+            out.append(SglangStack(f"sglang-{artifact.version}", artifact.version, row.flashinfer, row.torch))
     return sorted(out, key=lambda s: Version(s.sglang))
 
 
@@ -108,6 +109,19 @@ def python_for(torch_pin: str) -> str | None:
     if other and torch_of(other) >= Version(torch_pin):
         return other
     return None
+
+
+def simulated_cuda(target: SglangStack, gpu: str, cuda_version: str | None = None) -> str:
+    """The ``torch.version.cuda`` the simulated ``gpu`` answers for ``target``: ``cuda_version``
+    where given, else that of the torch ``target`` pins (``fp4graph.verify.simulate.torch_cuda``:
+    13.0 for torch 2.11.0+ and on SM121, else 12.8)."""
+    if cuda_version is not None:
+        return cuda_version
+    if target.torch is None:
+        raise ValueError(f"{target.name}: no torch pin to simulate the CUDA of; pass cuda_version")
+    from fp4graph.verify import simulate  # imports torch: not at the top (simulate_installed)
+
+    return simulate.torch_cuda(simulate.GPUS[gpu], target.torch)
 
 
 def stack(name: str) -> SglangStack:
@@ -184,12 +198,15 @@ def run(
     timeout: float = 1800,
     gpu: str = "sm120",
     python: str = sys.executable,
+    cuda_version: str | None = None,
 ) -> list[dict[str, Any]]:
     """Every case on a simulated ``gpu`` (a key of ``fp4graph.verify.simulate.GPUS``), by
     ``python`` (another venv's interpreter: a release that needs a newer torch,
-    :func:`python_for`)."""
+    :func:`python_for`); torch answers the CUDA of :func:`simulated_cuda` (``cuda_version``
+    where given)."""
     path, record = trees(wheel_tree, target, patched=patched, cases=cases)
-    request = {"record": str(record), "cases": list(cases), "gpu": gpu}
+    request = {"record": str(record), "cases": list(cases), "gpu": gpu,
+               "cuda_version": simulated_cuda(target, gpu, cuda_version)}
     code = f"from harness.models import modelsim\nmodelsim.main({json.dumps(request)!r})\n"
     result = run_python(code, path=path, timeout=timeout, interpreter=(python,))
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("MODELS ")]
@@ -223,7 +240,8 @@ def run_installed(
     cross install).  The child is ``interpreter`` (this one; under emulation the argv that
     starts this one, as a subprocess of an emulated python runs natively) with the harness
     (:data:`CHILD_PATH`), this PYTHONPATH and fp4graph's src/ on its path, prepared with
-    ``installed=True`` (modelsim's docstring)."""
+    ``installed=True`` (modelsim's docstring): torch answers the CUDA of the venv's torch
+    (``fp4graph.verify.simulate.torch_cuda``)."""
     request = {"record": str(installed_record()), "cases": list(cases), "installed": True, "gpu": gpu}
     code = f"from harness.models import modelsim\nmodelsim.main({json.dumps(request)!r})\n"
     inherited = [pathlib.Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -244,9 +262,11 @@ def run_code(
     cases: Sequence[dict[str, Any]] = (),
     timeout: float = 1800,
     gpu: str = "sm120",
+    cuda_version: str | None = None,
 ) -> dict[str, Any]:
     """``body`` after ``modelsim.prepare()``, with ``CASES`` (the ``cases`` given) in
-    scope; it reports with ``stand_ins.report("RESULT", data)``.  For example::
+    scope; it reports with ``stand_ins.report("RESULT", data)``.  torch answers the CUDA
+    of :func:`simulated_cuda` (``cuda_version`` where given).  For example::
 
         body = '''
         built = modelsim.build(CASES[0])
@@ -259,7 +279,7 @@ def run_code(
     path, record = trees(wheel_tree, target, patched=patched, cases=cases)
     code = (
         "import json\nfrom harness.models import modelsim, stand_ins\n"
-        f"modelsim.prepare({str(record)!r}, {gpu!r})\n"
+        f"modelsim.prepare({str(record)!r}, {gpu!r}, cuda_version={simulated_cuda(target, gpu, cuda_version)!r})\n"
         f"CASES = json.loads({json.dumps(list(cases))!r})\n"
     ) + textwrap.dedent(body)
     result = run_python(code, path=path, timeout=timeout)

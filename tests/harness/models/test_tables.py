@@ -104,3 +104,24 @@ def test_the_lookups_of_expected_fail_on_a_new_release_by_name() -> None:
         expected.pristine_release(fake)
     assert expected.expect("0.5.12.post1", "deepseek-v3.2", {"expect": {"a": 1}}) == {
         "a": 1, "num_fused_shared_experts": 0}
+
+
+def test_every_target_simulates_the_cuda_of_the_torch_it_pins() -> None:
+    """The simulated torch.version.cuda of a target follows its torch (the stack's pin in
+    stacks.toml, the pristine release's row): 13.0 for 2.11.0+ and on SM121, 12.8 before;
+    a target without a pin is simulated only when told which CUDA."""
+    from harness.models import simulation
+
+    targets = simulation.sglang_stacks() + simulation.pristine_releases()
+    assert all(t.torch for t in targets), [t.name for t in targets if not t.torch]
+    by_name = {t.name: t for t in targets}
+    assert by_name["sglang-0.5.10.post1"].torch == "2.9.1" and by_name["sglang-0.5.12"].torch == "2.11.0"
+    for name, sm120 in (("sglang-0.5.9", "12.8"), ("sglang-0.5.11", "13.0"), ("sglang-0.5.12.post1", "13.0"),
+                        ("sglang-0.5.5", "12.8"), ("sglang-0.5.16", "13.0"), ("sglang-0.5.18", "13.0")):
+        assert simulation.simulated_cuda(by_name[name], "sm120") == sm120, name
+        assert simulation.simulated_cuda(by_name[name], "sm121") == "13.0", name
+    assert simulation.simulated_cuda(by_name["sglang-0.5.9"], "sm120", "13.0") == "13.0"
+    bare = simulation.SglangStack("pristine-beside-ours", "0.5.16", "0.6.14")
+    assert simulation.simulated_cuda(bare, "sm120", "13.0") == "13.0"
+    with pytest.raises(ValueError, match="pristine-beside-ours: no torch pin"):
+        simulation.simulated_cuda(bare, "sm120")
