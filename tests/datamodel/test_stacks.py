@@ -199,3 +199,98 @@ def test_the_sglang_stacks_are_those_that_pin_sglang() -> None:
 def test_the_default_stack_is_an_sglang_stack_of_the_repository() -> None:
     catalog = stacks.load(REPO / "patches" / "stacks.toml")
     assert stacks.DEFAULT_STACK in [s.name for s in catalog.sglang_stacks()]
+
+
+def _served_catalog(**flashinfer_stack: object) -> stacks.Catalog:
+    """flashinfer 0.6.3 as a flashinfer-only stack (``flashinfer_stack`` overrides its
+    table) beside an sglang-0.5.9 stack."""
+    sglang = {"project": "sglang", "version": "0.5.9", "revision": 1,
+              "files": [{"filename": "sglang-0.5.9-py3-none-any.whl", "sha256": SHA}]}
+    return stacks.parse({"artifact": [artifact(), sglang], "stack": [
+        {"name": "sglang-0.5.9", "artifacts": ["sglang==0.5.9", "flashinfer-python==0.6.3"]},
+        {"name": "flashinfer-0.6.3", "artifacts": ["flashinfer-python==0.6.3"], **flashinfer_stack},
+    ]})
+
+
+def test_a_flashinfer_only_stack_says_which_sglang_releases_it_serves() -> None:
+    catalog = _served_catalog(serves=["0.5.13", "0.5.13.post1", "0.5.14"])
+    fi = catalog.stack("flashinfer-0.6.3")
+    assert catalog.served_sglang(fi) == ("0.5.13", "0.5.13.post1", "0.5.14")
+    assert catalog.served_sglang(catalog.stack("sglang-0.5.9")) == ()
+    assert catalog.serving("0.5.13.post1") == fi
+    with pytest.raises(ConfigError, match=r"no stack .* serves sglang 0\.5\.15; served: 0\.5\.13 \(flashinfer-0\.6\.3\)"):
+        catalog.serving("0.5.15")
+
+
+@pytest.mark.parametrize(
+    ("serves", "match"),
+    [
+        pytest.param("0.5.16", r"serves must be a list of sglang releases", id="not-a-list"),
+        pytest.param(["0.5.16", "0.5.13"], r"once each, oldest first", id="unsorted"),
+        pytest.param(["0.5.16", "0.5.16"], r"once each, oldest first", id="twice"),
+        pytest.param(["0.5.16+local"], r"once each, oldest first", id="local-label"),
+        pytest.param(["next"], r"serves: Invalid version", id="not-a-version"),
+        pytest.param(["0.5.9"], r"stack flashinfer-0\.6\.3 serves sglang 0\.5\.9, which sglang-0\.5\.9 already serves",
+                     id="an-sglang-stack-ships-it"),
+    ],
+)
+def test_bad_serves_is_rejected(serves: object, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        _served_catalog(serves=serves)
+
+
+def test_an_sglang_stack_serves_nothing_else() -> None:
+    sglang = {"project": "sglang", "version": "0.5.9", "revision": 1,
+              "files": [{"filename": "sglang-0.5.9-py3-none-any.whl", "sha256": SHA}]}
+    with pytest.raises(ConfigError, match=r"\(sglang-0\.5\.9\): serves is for flashinfer-only stacks"):
+        stacks.parse({"artifact": [artifact(), sglang], "stack": [
+            {"name": "sglang-0.5.9", "artifacts": ["sglang==0.5.9", "flashinfer-python==0.6.3"],
+             "serves": ["0.5.10"]}]})
+
+
+def test_two_stacks_never_serve_one_release() -> None:
+    other = artifact(version="0.6.4", files=[{"filename": "flashinfer_python-0.6.4-py3-none-any.whl", "sha256": SHA}])
+    with pytest.raises(ConfigError, match=r"stack flashinfer-0\.6\.4 serves sglang 0\.5\.16, which flashinfer-0\.6\.3"):
+        stacks.parse({"artifact": [artifact(), other], "stack": [
+            {"name": "flashinfer-0.6.3", "artifacts": ["flashinfer-python==0.6.3"], "serves": ["0.5.16"]},
+            {"name": "flashinfer-0.6.4", "artifacts": ["flashinfer-python==0.6.4"], "serves": ["0.5.16"]}]})
+
+
+@pytest.mark.parametrize(
+    "requires",
+    [
+        pytest.param("flashinfer_python[cu13]==0.6.4", id="other-version"),
+        pytest.param("flashinfer-python>=0.6.3", id="a-range"),
+        pytest.param('flashinfer-python==0.6.3; sys_platform == "darwin"', id="under-a-marker"),
+        pytest.param("torch==2.11.0", id="none"),
+    ],
+)
+def test_a_served_release_must_pin_the_stacks_flashinfer_exactly(requires: str) -> None:
+    catalog = _served_catalog(serves=["0.5.16"])
+    metadata = f"Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.16\nRequires-Dist: {requires}\n"
+    with pytest.raises(ConfigError, match=r"stack flashinfer-0\.6\.3 serves sglang 0\.5\.16, whose wheel "
+                                          r"\(sglang-0\.5\.16\.whl\) pins .*, not the stack's 0\.6\.3"):
+        catalog.check_served_pin(catalog.stack("flashinfer-0.6.3"), "0.5.16", metadata, "sglang-0.5.16.whl")
+    fine = "Metadata-Version: 2.1\nName: sglang\nRequires-Dist: flashinfer_python[cu13]==0.6.3\n"
+    catalog.check_served_pin(catalog.stack("flashinfer-0.6.3"), "0.5.16", fine, "sglang-0.5.16.whl")
+
+
+def test_each_served_release_pins_its_stacks_flashinfer() -> None:
+    """The repository's flashinfer-only stacks against the METADATA of the sglang wheels
+    stacks.toml pins (``pin --no-stack``; fetched, sha256-checked): each served release pins
+    the stack's flashinfer-python exactly."""
+    import zipfile
+
+    from fp4graph.model import config
+    from fp4graph.wheels.fetch import fetch
+
+    settings = config.Settings.from_env(REPO)
+    catalog = stacks.load(REPO / "patches" / "stacks.toml")
+    served = [(s, v) for s in catalog.stacks for v in catalog.served_sglang(s)]
+    unpinned = [v for _, v in served if f"sglang=={v}" not in catalog.artifacts]
+    assert served and not unpinned, f"pin them: python -m fp4graph pin sglang VERSION --no-stack: {unpinned}"
+    for stack, release in served:
+        pinned = catalog.artifact("sglang", release).file()
+        with zipfile.ZipFile(fetch(settings, "sglang", pinned)) as wheel:
+            info = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+            catalog.check_served_pin(stack, release, wheel.read(info).decode(), pinned.filename)

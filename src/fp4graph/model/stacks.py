@@ -7,12 +7,14 @@ The one reader of stacks.toml (:func:`read`, :func:`read_text`): the pull-reques
 from __future__ import annotations
 
 import dataclasses
+import email.parser
 import pathlib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tomllib
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -110,6 +112,9 @@ class Stack:
     name: str
     artifacts: tuple[str, ...]
     torch: str | None = None
+    # A flashinfer-only stack: the pristine sglang releases it serves (each pins the
+    # stack's flashinfer exactly, which X+fp4graph.N satisfies), oldest first.
+    serves: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -155,6 +160,50 @@ class Catalog:
     def sglang_stacks(self) -> tuple[Stack, ...]:
         """The stacks that pin an sglang release (the ones installed, locked and simulated)."""
         return tuple(s for s in self.stacks if "sglang" in self.versions(s))
+
+    def served_sglang(self, stack: Stack) -> tuple[str, ...]:
+        """The pristine sglang releases a flashinfer-only stack serves, oldest first (none
+        for an sglang stack, which serves its own)."""
+        return stack.serves
+
+    def check_served_pin(self, stack: Stack, sglang: str, metadata: str, where: str) -> None:
+        """Refuse ``stack`` serving ``sglang`` unless that release's wheel METADATA (text,
+        read from ``where``) pins the stack's flashinfer-python exactly (``==X``, any extras,
+        no marker): X+fp4graph.N satisfies only such a pin."""
+        flashinfer = self.versions(stack).get("flashinfer-python")
+        pins = _exact_pins(metadata).get("flashinfer-python")
+        if flashinfer is None or pins != flashinfer:
+            found = f"pins flashinfer-python=={pins}" if pins else "pins no flashinfer-python exactly"
+            raise ConfigError(
+                f"patches/stacks.toml: stack {stack.name} serves sglang {sglang}, whose wheel "
+                f"({where}) {found}, not the stack's {flashinfer}"
+            )
+
+    def serving(self, sglang: str) -> Stack:
+        """The flashinfer-only stack that serves pristine sglang ``sglang``."""
+        for stack in self.stacks:
+            if sglang in stack.serves:
+                return stack
+        served = [f"{v} ({s.name})" for s in self.stacks for v in s.serves]
+        raise ConfigError(
+            f"no stack of patches/stacks.toml serves sglang {sglang}; served: "
+            + (", ".join(served) or "none")
+        )
+
+
+def _exact_pins(metadata: str) -> dict[str, str]:
+    """The unconditional ``Requires-Dist: name[extras]==X`` of a METADATA text, by canonical
+    name."""
+    out: dict[str, str] = {}
+    for message_line in email.parser.Parser().parsestr(metadata).get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(message_line)
+        except InvalidRequirement:
+            continue
+        specs = list(req.specifier)
+        if req.marker is None and len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version:
+            out[canonicalize_name(req.name)] = specs[0].version
+    return out
 
 
 def _pinned_file(raw: Any, where: str) -> tuple[ArtifactFile, str, Version]:
@@ -271,10 +320,46 @@ def parse(data: Mapping[str, Any], source: str = "patches/stacks.toml") -> Catal
                 Version(str(torch))
             except InvalidVersion:
                 raise ConfigError(f"{where} ({name}): torch {torch!r} is not a version") from None
+        serves = _serves(raw.get("serves", []), f"{where} ({name})", keys)
         stacks.append(
-            Stack(name=name, artifacts=tuple(keys), torch=None if torch is None else str(torch))
+            Stack(name=name, artifacts=tuple(keys), torch=None if torch is None else str(torch),
+                  serves=serves)
         )
+    _check_served_once(stacks, source)
     return Catalog(artifacts=artifacts, stacks=tuple(stacks))
+
+
+def _serves(raw: Any, where: str, keys: Sequence[str]) -> tuple[str, ...]:
+    """A stack's ``serves``: sglang releases, oldest first, on a stack without an sglang."""
+    if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
+        raise ConfigError(f'{where}: serves must be a list of sglang releases (e.g. ["0.5.16"]), got {raw!r}')
+    if raw and any(k.startswith("sglang==") for k in keys):
+        raise ConfigError(f"{where}: serves is for flashinfer-only stacks; an sglang stack serves its own sglang")
+    try:
+        versions = [Version(v) for v in raw]
+    except InvalidVersion as exc:
+        raise ConfigError(f"{where}: serves: {exc}") from None
+    if any("+" in v for v in raw) or versions != sorted(set(versions)):
+        raise ConfigError(f"{where}: serves must list released sglang versions once each, oldest first, got {raw!r}")
+    return tuple(raw)
+
+
+def _check_served_once(stacks: Sequence[Stack], source: str) -> None:
+    """A pristine sglang release is served by one flashinfer-only stack, and never one an
+    sglang stack ships patched."""
+    owner: dict[str, str] = {}
+    for stack in stacks:
+        for key in stack.artifacts:
+            if key.startswith("sglang=="):
+                owner[key.removeprefix("sglang==")] = stack.name
+    for stack in stacks:
+        for release in stack.serves:
+            if release in owner:
+                raise ConfigError(
+                    f"{source}: stack {stack.name} serves sglang {release}, which "
+                    f"{owner[release]} already serves"
+                )
+            owner[release] = stack.name
 
 
 def read_text(text: str, source: str = "patches/stacks.toml") -> dict[str, Any]:
