@@ -98,6 +98,8 @@ def test_versions_by_torch_groups_the_stacks_by_their_torch_pin() -> None:
         pytest.param(artifact(version="0.6.3+local"), "without a local label", id="local-version-pin"),
         pytest.param(artifact(revision=0), "revision must be >= 1", id="revision-zero"),
         pytest.param(artifact(files=[]), "must list the wheels", id="no-files"),
+        pytest.param(artifact(files=[], sdist={"filename": WHEEL, "sha256": SHA}), "sdist .* is a wheel",
+                     id="sdist-a-wheel"),
         pytest.param(
             artifact(companions=[{"filename": "flashinfer_cubin-0.6.3.tar.gz", "sha256": CUBIN_SHA}]),
             "companion 'flashinfer_cubin-0.6.3.tar.gz' is not a wheel",
@@ -133,6 +135,24 @@ def test_bad_artifact_is_rejected(raw: dict[str, object], match: str) -> None:
 def test_stack_must_name_pinned_artifacts() -> None:
     data = {"artifact": [artifact()], "stack": [{"name": "s", "artifacts": ["sglang==0.5.9"]}]}
     with pytest.raises(ConfigError, match="'sglang==0.5.9' is not a pinned artifact"):
+        stacks.parse(data)
+
+
+SDIST = {"filename": "flashinfer_python-0.4.1.tar.gz", "sha256": SHA}
+
+
+def test_a_release_without_a_wheel_pins_its_sdist_and_no_stack_may_hold_it() -> None:
+    """flashinfer-python 0.4.1 (sglang 0.5.4's pin) is an sdist on PyPI: measured pristine
+    from the wheel built from it, never patched or served."""
+    raw = artifact(version="0.4.1", files=[], sdist=SDIST)
+    fi = stacks.parse({"artifact": [raw]}).artifact("flashinfer-python", "0.4.1")
+    assert fi.sdist_only and fi.files == () and fi.sdist == stacks.ArtifactFile(**SDIST)
+    assert not stacks.parse({"artifact": [artifact()]}).artifact("flashinfer-python", "0.6.3").sdist_only
+    with pytest.raises(ConfigError, match=r"flashinfer-python==0.4.1 pins no wheel \(sdist only: "
+                       r"flashinfer_python-0.4.1.tar.gz\)"):
+        fi.file()
+    data = {"artifact": [raw], "stack": [{"name": "flashinfer-0.4.1", "artifacts": ["flashinfer-python==0.4.1"]}]}
+    with pytest.raises(ConfigError, match=r"\(flashinfer-0.4.1\): 'flashinfer-python==0.4.1' pins only an sdist"):
         stacks.parse(data)
 
 

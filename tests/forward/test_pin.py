@@ -138,6 +138,33 @@ def test_a_measure_only_pin_needs_one_x86_64_cpython(checkout: Settings, tmp_pat
     assert [f.filename.split("-", 2)[2] for f in files] == [f"{t}.whl" for t in CPS[1:]]
 
 
+def test_a_measure_only_pin_takes_a_dependency_the_index_has_as_an_sdist_only(
+        checkout: Settings, tmp_path: pathlib.Path) -> None:
+    """sglang 0.5.4 pins flashinfer-python 0.4.1, an sdist only on PyPI: a stack is refused, a
+    measure-only pin records the sdist (``files = []``) and the commit its _build_meta.py
+    records; a release whose own files are an sdist only is refused (no METADATA to read)."""
+    dist = tmp_path / "dist"
+    sglang = make_release(dist, "sglang", "9.6.0", {"python/sglang/__init__.py": ""},
+                          requires=["flashinfer_python==9.6.0"], sdist=False)
+    build_meta = f'__version__ = "9.6.0"\n__git_version__ = "{COMMIT}"\n'
+    flashinfer = make_release(dist, "flashinfer-python", "9.6.0", {"flashinfer/_build_meta.py": build_meta},
+                              tags=())
+    assert flashinfer.wheels == () and flashinfer.sdist is not None
+    with Index([sglang, flashinfer]).serve() as url:
+        settings = dataclasses.replace(checkout, index_url=url, cache_dir=tmp_path / "cache")
+        with pytest.raises(pin.PinError, match=r"flashinfer-python 9.6.0 has no pure wheel and no cp310 x86_64 "
+                           r"Linux wheel; its wheels: none"):
+            pin.pin(settings, "sglang", "9.6.0")
+        pin.pin(settings, "sglang", "9.6.0", stack=False)
+        with pytest.raises(pin.PinError, match=r"flashinfer-python 9.6.0 has only an sdist: its wheel METADATA"):
+            pin.pin(settings, "flashinfer-python", "9.6.0", stack=False)
+    fi = stacks.load(settings.stacks_file).artifact("flashinfer-python", "9.6.0")
+    assert fi.sdist_only and fi.sdist == stacks.ArtifactFile(filename=flashinfer.sdist.name,
+                                                             sha256=sha256(flashinfer.sdist))
+    assert fi.source == stacks.SourcePin(repo="flashinfer-ai/flashinfer", tag="v9.6.0", commit=COMMIT)
+    assert "sglang-9.6.0" not in {s.name for s in stacks.load(settings.stacks_file).stacks}
+
+
 def test_aarch64_and_cp313_wheels_are_pinned_after_the_x86_64_ones(checkout: Settings, tmp_path: pathlib.Path) -> None:
     """A DGX Spark is linux aarch64: every linux wheel of a served CPython is pinned, x86_64 first."""
     tags = [*CPS, "cp313-cp313-manylinux_2_34_x86_64", "cp311-cp311-manylinux_2_34_aarch64",

@@ -13,6 +13,10 @@ unless ``--index-url``) and writes, with the index's sha256 of each file:
   commit it was built from (flashinfer's ``_build_meta.py``); ``nox -s suites`` checks that
   the tag names that commit before it runs anything.
 
+A release pinned without a stack (``--no-stack``: measured, nothing served) may pin a
+project the index has only as an sdist (sglang 0.5.4's flashinfer-python 0.4.1): its entry
+is ``files = []`` and the sdist, whose ``_build_meta.py`` gives the source pin.
+
 The file is edited as text: existing lines, comments and order stay as they are; each
 new block goes beside its project's releases in version order.  The result is re-read
 and must hold every old entry unchanged.  A version pinned with other files or hashes
@@ -26,6 +30,7 @@ import email.parser
 import email.policy
 import hashlib
 import pathlib
+import tarfile
 import urllib.error
 import urllib.request
 import zipfile
@@ -104,6 +109,8 @@ def release_files(files: Sequence[IndexFile], project: str, version: str, where:
     sdist = next((f for f in mine if f.filename.endswith(".tar.gz")), None)
     if pure:
         return pure[:1], sdist
+    if not wheels and sdist is not None and required is MEASURED_CPYTHONS:
+        return [], sdist  # sdist only: measured from the wheel built from it, never served
     chosen = []
     for target in PLATFORMS.values():
         for cp in CPYTHONS:
@@ -220,10 +227,17 @@ def _artifact_block(artifact: Artifact) -> str:
     if len(artifact.files) > 1:
         out.append(f"# {artifact.version} ships one wheel per CPython: every one we serve is "
                    "pinned and repacked on its own.\n")
+    if artifact.sdist_only:
+        out.append(f"# {artifact.version}: the index has no wheel, only the sdist: measured pristine from\n"
+                   "# the wheel built from it; no stack can serve it.\n")
     out += ["[[artifact]]\n", f'project = "{artifact.project}"\n', f'version = "{artifact.version}"\n',
-            f"revision = {artifact.revision}\n", "files = [\n"]
-    out += [f'    {{ filename = "{f.filename}", sha256 = "{f.sha256}" }},\n' for f in artifact.files]
-    out.append("]\n")
+            f"revision = {artifact.revision}\n"]
+    if artifact.sdist_only:
+        out.append("files = []\n")
+    else:
+        out.append("files = [\n")
+        out += [f'    {{ filename = "{f.filename}", sha256 = "{f.sha256}" }},\n' for f in artifact.files]
+        out.append("]\n")
     if artifact.sdist is not None:
         out.append(f'sdist = {{ filename = "{artifact.sdist.filename}", sha256 = "{artifact.sdist.sha256}" }}\n')
     if artifact.source is not None:
@@ -274,19 +288,34 @@ def _check_kept(old: Catalog, new: Catalog, where: pathlib.Path) -> None:
 # --- the command -------------------------------------------------------------------------
 
 
-def _source_pin(settings: Settings, project: str, version: str, wheel: ArtifactFile) -> SourcePin | None:
-    """The commit the wheel records it was built from, as a pin of tag v<version>."""
+def pinned_member(path: pathlib.Path, member: str) -> bytes | None:
+    """``member`` (a path inside the installed package) of a wheel, or of an sdist (under
+    its one top directory); None where it has none."""
+    if path.name.endswith(".whl"):
+        with zipfile.ZipFile(path) as zf:
+            try:
+                return zf.read(member)
+            except KeyError:
+                return None
+    with tarfile.open(path) as tf:
+        top = path.name.removesuffix(".tar.gz")
+        try:
+            extracted = tf.extractfile(f"{top}/{member}")
+        except KeyError:
+            return None
+        return extracted.read() if extracted is not None else None
+
+
+def _source_pin(settings: Settings, project: str, version: str, file: ArtifactFile) -> SourcePin | None:
+    """The commit the wheel (or the sdist) records it was built from, as a pin of tag v<version>."""
     entry = projects.get(project)
     if entry.source_commit is None:
         return None
     member, pattern = entry.source_commit
-    with zipfile.ZipFile(fetch(settings, project, wheel)) as zf:
-        try:
-            found = pattern.search(zf.read(member).decode("utf-8", "replace"))
-        except KeyError:
-            found = None
+    data = pinned_member(fetch(settings, project, file), member)
+    found = pattern.search(data.decode("utf-8", "replace")) if data is not None else None
     if found is None:
-        log(f"pin: {wheel.filename} records no commit in {member}: no source pin")
+        log(f"pin: {file.filename} records no commit in {member}: no source pin")
         return None
     return SourcePin(repo=entry.github, tag=f"v{version}", commit=found[1])
 
@@ -297,8 +326,10 @@ def _artifact_for(settings: Settings, project: str, version: str,
     wheels, sdist = release_files(index_files(settings.index_url, project), project, version, where, required)
     files = tuple(ArtifactFile(filename=f.filename, sha256=str(f.sha256)) for f in wheels)
     sd = ArtifactFile(filename=sdist.filename, sha256=str(sdist.sha256)) if sdist else None
+    recorded = files[0] if files else sd
+    assert recorded is not None
     return Artifact(project=canonicalize_name(project), version=version, revision=1, files=files,
-                    sdist=sd, source=_source_pin(settings, project, version, files[0])), wheels
+                    sdist=sd, source=_source_pin(settings, project, version, recorded)), wheels
 
 
 def pin(settings: Settings, project: str, version: str, *, stack: bool = True) -> Pinned:
@@ -309,6 +340,9 @@ def pin(settings: Settings, project: str, version: str, *, stack: bool = True) -
     text = path.read_text(encoding="utf-8")
     old = parse(read_text(text, str(path)), str(path))
     artifact, wheels = _artifact_for(settings, project, version, REQUIRED_CPYTHONS if stack else MEASURED_CPYTHONS)
+    if not wheels:
+        raise PinError(f"{settings.index_url}: {project} {version} has only an sdist: its wheel "
+                       "METADATA (the pins) cannot be read; pin a release that has a wheel")
     log(f"pin: {artifact.key}: {', '.join(f.filename for f in artifact.files)}")
     pins = exact_pins(_metadata(settings, project, wheels[0]), wheels[0].filename)
     wanted = [artifact]

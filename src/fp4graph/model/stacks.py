@@ -62,7 +62,12 @@ class SourcePin:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Artifact:
-    """An upstream release we patch: its wheels (and sdist) and our series revision."""
+    """An upstream release we patch: its wheels (and sdist) and our series revision.
+
+    A release the index has only as an sdist (flashinfer-python 0.4.1, pinned for sglang
+    0.5.4 ... 0.5.4.post2, measured pristine) pins ``files = []`` and its ``sdist``: no stack
+    may hold it (nothing to patch or serve), and its tree is the wheel built from the sdist
+    (:func:`fp4graph.wheels.trees.materialize`)."""
 
     project: str
     version: str
@@ -80,6 +85,11 @@ class Artifact:
         return f"{self.project}=={self.version}"
 
     @property
+    def sdist_only(self) -> bool:
+        """The index has no wheel of this release: only its sdist is pinned."""
+        return not self.files
+
+    @property
     def local_label(self) -> str:
         return f"fp4graph.{self.revision}"
 
@@ -89,6 +99,12 @@ class Artifact:
 
     def file(self, filename: str | None = None) -> ArtifactFile:
         """The wheel called ``filename``, or the only/first wheel."""
+        if self.sdist_only:
+            assert self.sdist is not None
+            raise ConfigError(
+                f"{self.key} pins no wheel (sdist only: {self.sdist.filename}); its tree is "
+                "built from the sdist (fp4graph.wheels.trees), and no stack can serve it"
+            )
         if filename is None:
             return self.files[0]
         for f in self.files:
@@ -288,9 +304,12 @@ def parse(data: Mapping[str, Any], source: str = "patches/stacks.toml") -> Catal
         if revision < 1:
             raise ConfigError(f"{where}: revision must be >= 1, got {revision}")
         files = tuple(_file(f, where, project, version) for f in files_raw)
-        if not files or not all(f.is_wheel for f in files):
-            raise ConfigError(f"{where}: 'files' must list the wheels to patch")
         sdist = _file(raw["sdist"], where, project, version) if "sdist" in raw else None
+        if not all(f.is_wheel for f in files) or not (files or sdist):
+            raise ConfigError(f"{where}: 'files' must list the wheels to patch "
+                              "(empty only with an 'sdist', for a release the index has no wheel of)")
+        if sdist is not None and sdist.is_wheel:
+            raise ConfigError(f"{where}: sdist {sdist.filename!r} is a wheel")
         pin = _source(raw["source"], where, project, version) if "source" in raw else None
         companions = _companions(raw["companions"], where, project) if "companions" in raw else ()
         artifact = Artifact(
@@ -311,6 +330,9 @@ def parse(data: Mapping[str, Any], source: str = "patches/stacks.toml") -> Catal
             key = f"{canonicalize_name(req_project)}=={req_version}"
             if key not in artifacts:
                 raise ConfigError(f"{where} ({name}): {req!r} is not a pinned artifact")
+            if artifacts[key].sdist_only:
+                raise ConfigError(f"{where} ({name}): {req!r} pins only an sdist: a stack serves "
+                                  "patched wheels (pin a release that has a wheel)")
             keys.append(key)
         if not name or not keys:
             raise ConfigError(f"{where}: needs a name and at least one artifact")
