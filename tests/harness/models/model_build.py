@@ -239,6 +239,15 @@ def build(case: dict[str, Any]) -> Built:
         loader = get_model_loader(load_config, model_config)
     except TypeError:
         loader = get_model_loader(load_config)
+    if type(loader).__name__ == "ModelOptModelLoader" and server_args.load_format == "dummy":
+        # sglang 0.5.4 ... 0.5.4.post2 ask for a ModelOpt quantization before the dummy
+        # format (0.5.4.post3 asks for dummy first, model_loader/loader.py:2052), and their
+        # ModelOptModelLoader quantizes a checkpoint without hf_quant_config.json itself.  A
+        # real NVFP4 checkpoint has that file and loads through DefaultModelLoader's
+        # _initialize_model, as the dummy loader builds it: only the weights differ.
+        from sglang.srt.model_loader.loader import DummyModelLoader
+
+        loader = DummyModelLoader(load_config)
     # Built on the host; what the model allocates on the GPU by name (DeepSeek's YaRN
     # rotary cache: device="cuda") is a fake CUDA tensor, as it would be on the device.
     with host_is_device(), torch.device("cpu"), device_tensors_fake():
