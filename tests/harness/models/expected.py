@@ -337,7 +337,31 @@ _ROPE_FACTOR = Outcome(
                 "'factor' (configs/model_config.py:361)",
 )
 
+# 0.5.4, 0.5.4.post1: the NVFP4 MoE method refuses every GPU but SM100
+# (ModelOptNvFp4FusedMoEMethod.__init__, modelopt_quant.py:906 ``is_sm100_supported()``: major
+# 10), so an NVFP4 MoE model does not load on SM12x, piecewise or not, before any weight
+# (0.5.4.post2 asks ``is_blackwell_supported()`` there).  Dense models meet 0.5.4.post3's
+# missing weak_ref_tensor.cpp.
+_MOE_SM100_ONLY = Outcome(error="Current platform does not support NVFP4 quantization",
+                          where='layers/quantization/modelopt_quant.py", line 907', at_build=True)
+_MOE_ON_SM100_ONLY = {"llama": _NO_WEAK_REF_CPP, "qwen3": _NO_WEAK_REF_CPP,
+                      **dict.fromkeys(("qwen3-moe", "glm4-moe", *_DEEPSEEK), _MOE_SM100_ONLY)}
+
 PRISTINE_RELEASES: dict[str, PristineRelease] = {
+    # flashinfer 0.4.1 is an sdist only on PyPI: its tree is the wheel built from it
+    # (fp4graph.wheels.trees).
+    "0.5.4": PristineRelease(
+        flashinfer="0.4.1", torch="2.8.0", transformers="4.57.1", default_prefill=_OPT_IN,
+        families=_MOE_ON_SM100_ONLY,
+    ),
+    "0.5.4.post1": PristineRelease(
+        flashinfer="0.4.1", torch="2.8.0", transformers="4.57.1", default_prefill=_OPT_IN,
+        families=_MOE_ON_SM100_ONLY,
+    ),
+    "0.5.4.post2": PristineRelease(
+        flashinfer="0.4.1", torch="2.8.0", transformers="4.57.1", default_prefill=_OPT_IN,
+        families=_dense_and_downsized_moe(_NO_WEAK_REF_CPP, 1438),
+    ),
     "0.5.4.post3": PristineRelease(
         flashinfer="0.5.0", torch="2.8.0", transformers="4.57.1", default_prefill=_OPT_IN,
         families=_dense_and_downsized_moe(_NO_WEAK_REF_CPP, 1463),
