@@ -21,7 +21,9 @@ Scheduler's fp4 GEMM backend selection, cuDNN's frontend):
 
 The warm-up must build exactly the fp4 modules the pristine start builds, compared by
 kind (the flashinfer series' 0001 picks the SM12x quantization variant by nvcc,
-pristine 0.6.7+ by torch.version.cuda: ``fp4_quantization_120f`` vs ``_120`` here).
+pristine 0.6.7+ by torch.version.cuda: ``fp4_quantization_120f`` vs ``_120`` here).  The
+simulated SM120 answers the CUDA of the stack's torch (``simulation.simulated_cuda``: 12.8
+up to 0.5.10.post1, 13.0 from 0.5.11).
 
 Model kinds in CI: dense (LlamaForCausalLM), MoE on sglang's default MoE runner
 (``auto``: sglang's CUTLASS fp4 MoE) and on ``--moe-runner-backend flashinfer_cutlass``
@@ -99,7 +101,8 @@ def reports(wheel_tree: Any, target: simulation.SglangStack, *, patched: bool) -
     path, record = simulation.trees(wheel_tree, target, patched=patched, cases=cases)
     code = (
         "import json\nfrom harness.models import warmup_hooks\nwarmup_hooks.install_real_op_bodies()\n"
-        f"from harness.models import modelsim, stand_ins\nmodelsim.prepare({str(record)!r})\n"
+        "from harness.models import modelsim, stand_ins\n"
+        f"modelsim.prepare({str(record)!r}, cuda_version={simulation.simulated_cuda(target, 'sm120')!r})\n"
         f"warmup_hooks.observe_model_warmup(real_bodies={not patched!r})\n"
         f"stand_ins.report('RESULT', modelsim.run_cases(json.loads({json.dumps(cases)!r})))\n"
     )
