@@ -472,17 +472,22 @@ def cudnn_plan_check() -> dict[str, Any]:
     return {"calls": len(keys), "cache_entries": len(set(keys)), "key_types": sorted({type(k).__name__ for k in keys})}
 
 
-def stub_jit(tmp: str, module: Callable[[], Any] = _StubModule) -> list[str]:
+def stub_jit(tmp: str, module: Callable[[], Any] = _StubModule, *, nvcc: str | None = NVCC_VERSION) -> list[str]:
     """Replace building and loading of JIT modules (nvcc, ninja, dlopen) by a stub.
 
     The spec generation, check_jit_allowed() and the module getters still run.
+    ``nvcc``: the toolkit version our series' builds read (``FLASHINFER_NVCC_VERSION``);
+    None: the ``nvcc`` on CUDA_HOME / PATH answers, as it does for pristine FlashInfer.
     Returns the list the names of built modules are appended to."""
     import os
 
     os.environ["FLASHINFER_WORKSPACE_BASE"] = tmp
-    # A CUDA 12.9 toolkit beside the simulated CUDA 12.8 build of torch: from
+    # By default a CUDA 12.9 toolkit beside the simulated CUDA 12.8 build of torch: from
     # 0.6.7 on, FlashInfer builds SM12x only with nvcc >= 12.9 (compute_120f).
-    os.environ.setdefault("FLASHINFER_NVCC_VERSION", NVCC_VERSION)
+    if nvcc is None:
+        os.environ.pop("FLASHINFER_NVCC_VERSION", None)
+    else:
+        os.environ.setdefault("FLASHINFER_NVCC_VERSION", nvcc)
     from flashinfer.jit import core
 
     built: list[str] = []

@@ -646,11 +646,13 @@ class _KernelModule(fi_child._StubModule):
         return super().__getattr__(name)
 
 
-def stub_kernels(tmp: str, module: Callable[[], Any] | None = None) -> list[str]:
-    """fi_child.stub_jit, every module loading as ``module`` (default: the trtllm fp4
-    kernel's returned tensors, modelled); torch.from_dlpack passes torch tensors through
-    (the real kernel returns TVM FFI tensors)."""
-    built = fi_child.stub_jit(tmp, module or _KernelModule)
+def stub_kernels(
+    tmp: str, module: Callable[[], Any] | None = None, *, nvcc: str | None = fi_child.NVCC_VERSION
+) -> list[str]:
+    """fi_child.stub_jit (``nvcc`` passed on), every module loading as ``module`` (default:
+    the trtllm fp4 kernel's returned tensors, modelled); torch.from_dlpack passes torch
+    tensors through (the real kernel returns TVM FFI tensors)."""
+    built = fi_child.stub_jit(tmp, module or _KernelModule, nvcc=nvcc)
     from_dlpack = torch.from_dlpack
 
     def from_dlpack_(x: Any, *a: Any, **k: Any) -> Any:

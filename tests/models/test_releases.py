@@ -121,11 +121,6 @@ def report_of(request: pytest.FixtureRequest, wheel_tree: Any, target: simulatio
     return _REPORTS[key][case.id]
 
 
-def describe(report: dict[str, Any]) -> str:
-    brief = {k: v for k, v in report.items() if k not in ("graphs", "traceback", "error_text")}
-    return f"{brief}\n{report.get('error_text', '')[:2000]}\n{report.get('traceback', '')[-4000:]}"
-
-
 def test_every_measured_release_has_a_row_and_every_row_is_pinned() -> None:
     """The table and stacks.toml agree both ways (collection already raised for a pinned
     release without a row)."""
@@ -152,41 +147,6 @@ def test_row_pins_are_the_wheels(wheel_tree: Any, target: simulation.SglangStack
 @pytest.mark.parametrize(("target", "case"), PARAMS)
 def test_pristine_release(request: pytest.FixtureRequest, wheel_tree: Any, target: simulation.SglangStack,
                           case: Case) -> None:
-    outcome = expected.pristine_release(target.sglang).families[case.family].on(case.gpu)
     report = report_of(request, wheel_tree, target, case)
-    assert report["torch_cuda"] == simulation.simulated_cuda(target, case.gpu), describe(report)  # its torch's
-    if expected.pristine_release(target.sglang).no_piecewise:  # 0.5.22+: the selection is refused
-        text = report.get("error_text", "") + report.get("traceback", "")
-        assert not report["ok"] and outcome.error in text and outcome.where in text, describe(report)
-        return
-    if outcome.at_build:  # 0.5.4 ... 0.5.6.post2: the server or the model is refused first
-        text = report.get("error_text", "") + report.get("traceback", "")
-        assert report["stage"] == "build" and outcome.error in text and outcome.where in text, describe(report)
-        return
-    if expected.pristine_release(target.sglang).piecewise_needs_cuda_graph and not case.cuda_graph:
-        # 0.5.5.post3: --disable-cuda-graph turns piecewise off; the server starts without it.
-        assert report["ok"] and report["piecewise_runner"] is None and not report["graphs"], describe(report)
-        return
-    assert report["stage"] != "build", describe(report)
-    # The release's own decision, with the family's row as a user starts it (no enforce flag).
-    assert report["piecewise_by_default"] is (not outcome.piecewise_off), describe(report)
-    # 0.5.14+: the prefill backend ServerArgs resolves when the user names none is the row's.
-    default = report["default_prefill_backend"]
-    by_default = outcome.default_prefill or expected.pristine_release(target.sglang).default_prefill
-    assert default is None or by_default.startswith(f"`{default}`"), (default, by_default)
-    if outcome.error:
-        assert not report["ok"], describe(report)
-        text = report.get("error_text", "") + report.get("traceback", "")
-        assert outcome.error in report.get("error_text", "") and outcome.where in text, describe(report)
-        return
-    assert report["ok"], describe(report)
-    assert report["piecewise_runner"] and report["graph_breaks_piecewise"] == 0, describe(report)
-    assert report["graphs"] and report["captures"] > 0, describe(report)
-    for pieces in report["graphs"]:
-        captured = [op for p in pieces if not p["split"] for op in p["ops"]]
-        split = [op for p in pieces if p["split"] for op in p["ops"]]
-        assert expected.FP4_QUANTIZE in captured and expected.FP4_GEMM in captured, pieces
-        assert set(expected.ATTENTION_OPS) & set(split), pieces
-        assert not set(expected.ATTENTION_OPS) & set(captured), pieces
-        if families.ROWS[case.family]["kind"] == "moe":
-            assert expected.MOE in captured, pieces
+    assert report["torch_cuda"] == simulation.simulated_cuda(target, case.gpu), expected.describe(report)  # its torch's
+    expected.assert_release_outcome(target.sglang, case.family, case.gpu, case.cuda_graph, report)

@@ -521,3 +521,52 @@ def pristine_release(sglang: str) -> PristineRelease:
             f"{exc}; sglang {sglang} is pinned in patches/stacks.toml without a stack: measure it "
             "(tests/models/test_releases.py, FP4GRAPH_MODELS=full) and add the row"
         ) from None
+
+
+def describe(report: dict[str, Any]) -> str:
+    """A failed report for an assertion message: its fields, then its error and traceback."""
+    brief = {k: v for k, v in report.items() if k not in ("graphs", "traceback", "error_text")}
+    return f"{brief}\n{report.get('error_text', '')[:2000]}\n{report.get('traceback', '')[-4000:]}"
+
+
+def assert_release_outcome(sglang: str, family: str, gpu: str, cuda_graph: bool, report: dict[str, Any]) -> None:
+    """``report`` (``family`` on pristine sglang ``sglang``, simulated ``gpu``, decode CUDA
+    graphs on or off) does what the release's row says: tests/models/test_releases.py (its
+    own FlashInfer) and test_flashinfer_only.py (ours, beside an nvcc 12.8)."""
+    from harness.models import families
+
+    release = pristine_release(sglang)
+    outcome = release.families[family].on(gpu)
+    text = report.get("error_text", "") + report.get("traceback", "")
+    if release.no_piecewise:  # 0.5.22+: the selection is refused
+        assert not report["ok"] and outcome.error in text and outcome.where in text, describe(report)
+        return
+    if outcome.at_build:  # 0.5.4 ... 0.5.6.post2: the server or the model is refused first
+        assert report["stage"] == "build" and outcome.error in text and outcome.where in text, describe(report)
+        return
+    if release.piecewise_needs_cuda_graph and not cuda_graph:
+        # 0.5.5.post3: --disable-cuda-graph turns piecewise off; the server starts without it.
+        assert report["ok"] and report["piecewise_runner"] is None and not report["graphs"], describe(report)
+        return
+    assert report["stage"] != "build", describe(report)
+    # The release's own decision, with the family's row as a user starts it (no enforce flag).
+    assert report["piecewise_by_default"] is (not outcome.piecewise_off), describe(report)
+    # 0.5.14+: the prefill backend ServerArgs resolves when the user names none is the row's.
+    default = report["default_prefill_backend"]
+    by_default = outcome.default_prefill or release.default_prefill
+    assert default is None or by_default.startswith(f"`{default}`"), (default, by_default)
+    if outcome.error:
+        assert not report["ok"], describe(report)
+        assert outcome.error in report.get("error_text", "") and outcome.where in text, describe(report)
+        return
+    assert report["ok"], describe(report)
+    assert report["piecewise_runner"] and report["graph_breaks_piecewise"] == 0, describe(report)
+    assert report["graphs"] and report["captures"] > 0, describe(report)
+    for pieces in report["graphs"]:
+        captured = [op for p in pieces if not p["split"] for op in p["ops"]]
+        split = [op for p in pieces if p["split"] for op in p["ops"]]
+        assert FP4_QUANTIZE in captured and FP4_GEMM in captured, pieces
+        assert set(ATTENTION_OPS) & set(split), pieces
+        assert not set(ATTENTION_OPS) & set(captured), pieces
+        if families.ROWS[family]["kind"] == "moe":
+            assert MOE in captured, pieces

@@ -241,6 +241,8 @@ def capture(built: Built) -> dict[str, Any]:
             f"{c.phase}:{c.via}.{c.kind}" for c in collectives.LOG))
         result["collective_op_calls"] = dict(collections.Counter(COLLECTIVE_OP_CALLS))
     result["jit_modules"] = sorted(set(interpreter.STATE.get("jit_built", []))) + sorted(set(stand_ins.JIT_BUILT))
+    if interpreter.STATE.get("cuda_home"):
+        result["flashinfer_toolkit"] = stand_ins.flashinfer_toolkit()
     return result
 
 

@@ -19,13 +19,20 @@ STATE: dict[str, Any] = {}
 
 
 def prepare(
-    record_path: str | None = None, gpu_name: str = "sm120", *, installed: bool = False, cuda_version: str | None = None
+    record_path: str | None = None,
+    gpu_name: str = "sm120",
+    *,
+    installed: bool = False,
+    cuda_version: str | None = None,
+    cuda_home: str | None = None,
 ) -> None:
     """Simulate the device (``gpu_name``: a key of ``fp4graph.verify.simulate.GPUS``) and
     install every stand-in; import sglang's model registry. ``installed``: sglang and its
     dependencies are this venv's (see the docstring). ``cuda_version``: what
     ``torch.version.cuda`` answers (the parent's ``simulation.simulated_cuda``); where not
-    given, that of this venv's torch when ``installed``, else the GPU's."""
+    given, that of this venv's torch when ``installed``, else the GPU's.  ``cuda_home``: a
+    toolkit FlashInfer asks (its ``bin/nvcc`` on CUDA_HOME and first on PATH), as a user's
+    system toolkit."""
     import importlib.metadata
 
     from fp4graph.verify import simulate
@@ -36,6 +43,11 @@ def prepare(
     STATE["gpu"] = gpu
     simulate.install(gpu, cuda_version=cuda_version)
     import torch
+
+    if cuda_home is not None:
+        STATE["cuda_home"] = cuda_home
+        os.environ["CUDA_HOME"] = cuda_home
+        os.environ["PATH"] = os.pathsep.join([os.path.join(cuda_home, "bin"), os.environ.get("PATH", "")])
 
     stand_ins.install_cuda_visible_to_traced_code()
 
@@ -75,7 +87,9 @@ def prepare(
     with stand_ins.no_compiled_sgl_kernel() if installed else contextlib.nullcontext():
         import sgl_kernel  # noqa: F401  (the real Python package over the stand-in library)
 
-    STATE["jit_built"] = stand_ins.install_flashinfer_jit(os.path.join(tmp, "flashinfer"))
+    STATE["jit_built"] = stand_ins.install_flashinfer_jit(
+        os.path.join(tmp, "flashinfer"), toolkit=cuda_home is not None
+    )
     stand_ins.install_cute_dsl_compiler()
     stand_ins.install_tvm_ffi_compiler()
     stand_ins.install_triton_launcher()

@@ -64,7 +64,10 @@ Stand-ins, and only these (tests/harness/models/stand_ins.py):
    sgl-deep-gemm 0.2+ is a TORCH_LIBRARY module: the schemas of its ``_C.so`` (recorded
    with the companion) are defined like sgl-kernel's, the library's load is a no-op;
 4. JIT-compiled kernels: FlashInfer's JIT build/load and cubin downloads
-   (tests/flashinfer stand-ins: no-op kernels, the fused-MoE runner object),
+   (tests/flashinfer stand-ins: no-op kernels, the fused-MoE runner object; the toolkit
+   version its builds read: the machine's ``nvcc`` for pristine FlashInfer, 12.9 for our
+   series, or where a run names a system toolkit (``prepare(cuda_home=...)``), the
+   ``nvcc`` of ``harness.toolkits.fake_cuda_home``, which only reports its release),
    sglang.jit_kernel's ``tvm_ffi.cpp.load_inline`` / ``load`` and (0.5.18+) its own
    loader's ninja build and ``tvm_ffi.load_module`` (no-op kernels; 0.5.21+'s cluster
    occupancy probe, ``kernels/jit/utils/occupancy.py``, answers for the simulated device:
@@ -181,7 +184,7 @@ def main(request_json: str) -> None:
     """The child's entry (:mod:`simulation`): prepare, run every case, report them."""
     request = json.loads(request_json)
     prepare(request.get("record"), request.get("gpu", "sm120"), installed=request.get("installed", False),
-            cuda_version=request.get("cuda_version"))
+            cuda_version=request.get("cuda_version"), cuda_home=request.get("cuda_home"))
     import torch
 
     results = [report | {"torch_cuda": torch.version.cuda} for report in run_cases(request["cases"])]

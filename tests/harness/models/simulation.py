@@ -7,7 +7,9 @@ report per case (see :func:`modelsim.capture`).  ``run_code`` runs your own code
 after ``modelsim.prepare()`` instead (``modelsim.build(case)`` is there to use).
 
 Stacks are read from patches/stacks.toml: every stack with an sglang artifact is a
-target, so a stack added there is simulated without touching this file.
+target, so a stack added there is simulated without touching this file; a flashinfer-only
+stack is a target beside each pristine sglang release it serves
+(:func:`flashinfer_only_targets`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import os
 import pathlib
 import sys
+import tempfile
 import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,6 +33,7 @@ from harness import pinned_python
 from harness.child import HARNESS, TESTS, run_python, tail
 from harness.models import families, sgl_kernel_ops
 from harness.targets import SEED_STACK, full_matrix
+from harness.toolkits import fake_cuda_home
 
 REPO = TESTS.parent
 # What a child needs of ours after the upstream trees: this package, and the child
@@ -70,6 +74,23 @@ def pristine_releases() -> list[SglangStack]:
             row = expected.pristine_release(artifact.version)
             out.append(SglangStack(f"sglang-{artifact.version}", artifact.version, row.flashinfer, row.torch))
     return sorted(out, key=lambda s: Version(s.sglang))
+
+
+def flashinfer_only_targets() -> list[SglangStack]:
+    """Every flashinfer-only stack of patches/stacks.toml beside each pristine sglang release
+    it serves (its ``serves``, ``Catalog.served_sglang``), as one target named after the stack
+    with the release's torch (its measured row, :data:`expected.PRISTINE_RELEASES`): run
+    ``patched=True``, pristine sglang and our flashinfer; by stack, then release, oldest first."""
+    from harness.models import expected
+
+    catalog = load(REPO / "patches" / "stacks.toml")
+    out = []
+    for entry in catalog.stacks:
+        flashinfer = catalog.versions(entry).get("flashinfer-python")
+        for sglang in catalog.served_sglang(entry):
+            row = expected.pristine_release(sglang)
+            out.append(SglangStack(entry.name, sglang, flashinfer or "", row.torch))
+    return out
 
 
 # An interpreter whose venv has a newer torch than this one (with its torchvision and the
@@ -199,16 +220,22 @@ def run(
     gpu: str = "sm120",
     python: str = sys.executable,
     cuda_version: str | None = None,
+    toolkit: str | None = None,
 ) -> list[dict[str, Any]]:
     """Every case on a simulated ``gpu`` (a key of ``fp4graph.verify.simulate.GPUS``), by
     ``python`` (another venv's interpreter: a release that needs a newer torch,
     :func:`python_for`); torch answers the CUDA of :func:`simulated_cuda` (``cuda_version``
-    where given)."""
+    where given).  ``toolkit``: the CUDA release of a system toolkit on the child's CUDA_HOME
+    and PATH (:func:`harness.toolkits.fake_cuda_home`: its ``nvcc`` only reports it; builds
+    are stood in); None: the machine's ``nvcc`` for pristine FlashInfer, 12.9 for our series."""
     path, record = trees(wheel_tree, target, patched=patched, cases=cases)
     request = {"record": str(record), "cases": list(cases), "gpu": gpu,
                "cuda_version": simulated_cuda(target, gpu, cuda_version)}
-    code = f"from harness.models import modelsim\nmodelsim.main({json.dumps(request)!r})\n"
-    result = run_python(code, path=path, timeout=timeout, interpreter=(python,))
+    with tempfile.TemporaryDirectory(prefix="fp4graph-toolkit-") as root:
+        if toolkit is not None:
+            request["cuda_home"] = str(fake_cuda_home(pathlib.Path(root), toolkit))
+        code = f"from harness.models import modelsim\nmodelsim.main({json.dumps(request)!r})\n"
+        result = run_python(code, path=path, timeout=timeout, interpreter=(python,))
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("MODELS ")]
     assert result.returncode == 0 and lines, tail(result, 6000)
     reports: list[dict[str, Any]] = json.loads(lines[-1][len("MODELS ") :])

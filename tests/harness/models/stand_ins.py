@@ -573,14 +573,25 @@ def install_inductor_codegen() -> None:
     inductor.compile_fx = compile_fx  # type: ignore[assignment]
 
 
-def install_flashinfer_jit(tmp: str) -> list[str]:
+def install_flashinfer_jit(tmp: str, *, toolkit: bool = False) -> list[str]:
     """FlashInfer's JIT build and load (nvcc, ninja, dlopen) and its cubin downloads:
     the stand-ins of tests/harness (``moe_child.stub_kernels``: no-op kernels, the
     cutlass fused-MoE runner object, TVM FFI tensors passed through; tests/harness on the
-    child's path: :data:`simulation.CHILD_PATH`)."""
+    child's path: :data:`simulation.CHILD_PATH`).  ``toolkit``: the version a build reads
+    is the ``nvcc`` on CUDA_HOME's answer, as for a user (else our series read 12.9)."""
+    import fi_child
     import moe_child
 
-    return moe_child.stub_kernels(tmp)
+    return moe_child.stub_kernels(tmp, nvcc=None if toolkit else fi_child.NVCC_VERSION)
+
+
+def flashinfer_toolkit() -> dict[str, Any]:
+    """What FlashInfer's JIT read of the toolkit on CUDA_HOME (``get_cuda_version``, cached:
+    no second ``nvcc``) and the SM targets it gave the device (its compilation context)."""
+    from flashinfer.jit import core, cpp_ext
+
+    archs = core.current_compilation_context.TARGET_CUDA_ARCHS
+    return {"nvcc": str(cpp_ext.get_cuda_version()), "archs": sorted(f"{a}.{b}" for a, b in archs)}
 
 
 # --- sglang's split ops ----------------------------------------------------------------
