@@ -44,7 +44,7 @@ from harness.models import expected, families, simulation
 from harness.targets import full_matrix
 
 TOOLKIT = "12.8"  # an nvcc older than 12.9 on CUDA_HOME / PATH
-TORCH_CUDA = "13.0"  # torch 2.11.0+ (sglang 0.5.11+): a CUDA 13.0 build
+TORCH_CUDA = "13.0"  # the releases pin torch 2.11.0 / 2.13.0: CUDA 13.0 builds
 # What FlashInfer raises where a JIT spec finds no target for the device, and the function
 # of the traceback that raises it: gen_jit_spec's check (every spec); the CUTLASS fused-MoE
 # SM120 module's flags (compilation_context.py get_nvcc_flags_list), which comes first for
@@ -121,7 +121,7 @@ def report_of(request: pytest.FixtureRequest, wheel_tree: Any, target: simulatio
             pytest.skip(f"sglang {target.sglang} pins torch {torch_pin}, newer than this venv's: "
                         f"${simulation.TORCH_PYTHON} names a python that has it")
         reports = simulation.run(wheel_tree, target, patched=patched, cases=[c.request() for c in cases],
-                                 gpu=case.gpu, python=python, cuda_version=TORCH_CUDA, toolkit=TOOLKIT)
+                                 gpu=case.gpu, python=python, toolkit=TOOLKIT)
         _REPORTS[key] = {c.id: r for c, r in zip(cases, reports, strict=True)}
     return _REPORTS[key][case.id]
 
@@ -143,6 +143,7 @@ def test_nvcc_12_8_whole_model(request: pytest.FixtureRequest, wheel_tree: Any, 
     report = report_of(request, wheel_tree, target, patched, case)
     describe = expected.describe(report)
     sm120 = case.gpu == "sm120"
+    assert report["torch_cuda"] == TORCH_CUDA, describe  # the release's torch (simulation.simulated_cuda)
     assert report.get("flashinfer_toolkit") == {"nvcc": TOOLKIT, "archs": ["12.0a"] if patched and sm120 else []}, describe
     if (patched and sm120) or case.family in NO_FLASHINFER_SPEC.get(target.sglang, ()):
         expected.assert_release_outcome(target.sglang, case.family, case.gpu, True, report)
