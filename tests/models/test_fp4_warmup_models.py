@@ -83,8 +83,10 @@ def fp4_kinds(names: list[str]) -> list[str]:
     return sorted({k for n in names for p, k in FP4_PREFIXES.items() if n.startswith(p)})
 
 
-# 0.5.9: piecewise is opt-in (modelsim turns it on); 0.5.10+: on by default.
-PIECEWISE_OFF = {"enable_piecewise_cuda_graph": False, "disable_piecewise_cuda_graph": True}
+# 0.5.9: piecewise is opt-in (modelsim turns it on); 0.5.10+: on by default. The NSA
+# family rows enforce it (families.py): off means that too (a field a release lacks is dropped).
+PIECEWISE_OFF = {"enable_piecewise_cuda_graph": False, "disable_piecewise_cuda_graph": True,
+                 "enforce_piecewise_cuda_graph": False}
 _CACHE: dict[tuple[str, bool], dict[str, Any]] = {}
 
 
