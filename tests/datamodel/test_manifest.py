@@ -136,3 +136,26 @@ def test_no_manifest_and_an_unbuilt_stack(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ManifestError, match=r"stack 'sglang-0.5.9' was not built; built: none; "
                                             r"build it with `nox -s wheels -- --stack sglang-0.5.9`"):
         manifest.read(path).stack("sglang-0.5.9")
+
+
+def test_a_served_release_reads_as_a_stack_of_its_own(tmp_path: pathlib.Path) -> None:
+    """A flashinfer-only stack records the sglang releases it serves; ``stack("sglang-X")``
+    is PyPI's sglang X beside the stack's pins, with the release's lock."""
+    from fp4graph.model.manifest import BuiltServed, PublishedLock
+
+    lock = PublishedLock(path="locks/sglang-0.5.16.txt", sha256=SHA)
+    fi = BuiltStack(name="flashinfer-0.6.14", artifacts=("flashinfer-python==0.6.14",),
+                    pins=(Pin.parse("flashinfer-python==0.6.14+fp4graph.1"),),
+                    served=(BuiltServed(sglang="0.5.16", lock=lock), BuiltServed(sglang="0.5.16.post1")))
+    path = tmp_path / "manifest.json"
+    manifest.write(path, dataclasses.replace(_sample(), stacks=(*_sample().stacks, fi)))
+    read = manifest.read(path)
+    served = read.stack("sglang-0.5.16")
+    assert [p.requirement for p in served.pins] == ["sglang==0.5.16", "flashinfer-python==0.6.14+fp4graph.1"]
+    assert served.lock == lock and served.artifacts == fi.artifacts and served.served == ()
+    assert read.stack("sglang-0.5.16.post1").lock is None
+    assert [s.name for s in read.installable()] == ["sglang-0.5.10.post1", "flashinfer-0.6.14", "sglang-0.5.16",
+                                                    "sglang-0.5.16.post1"]
+    with pytest.raises(ManifestError, match=r"stack 'sglang-0.5.17' was not built; built: .*flashinfer-0.6.14, "
+                                            r"sglang-0.5.16, sglang-0.5.16.post1;"):
+        read.stack("sglang-0.5.17")

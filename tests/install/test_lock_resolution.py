@@ -73,3 +73,36 @@ def test_a_smoke_import_that_needs_the_cuda_driver_is_skipped(tmp_path: pathlib.
     assert registry.detail == "exit 1: ImportError: the registry lacks LlamaForCausalLM"
     assert report.failed == [other, registry] and "skipped: needs what a CPU machine lacks" in "\n".join(
         installing.summary(report))
+
+
+def test_a_served_release_gets_its_own_lock_and_header() -> None:
+    """``lock flashinfer-X`` makes one lock per sglang release the stack serves (sglang-V),
+    resolved with PyPI's sglang beside our flashinfer; the header says whose it is."""
+    from fp4graph.model import stacks
+
+    sha = "0" * 64
+    catalog = stacks.parse({"artifact": [
+        {"project": "flashinfer-python", "version": "0.6.14", "revision": 1,
+         "files": [{"filename": "flashinfer_python-0.6.14-py3-none-any.whl", "sha256": sha}]},
+        {"project": "flashinfer-python", "version": "0.7.4", "revision": 1,
+         "files": [{"filename": "flashinfer_python-0.7.4-py3-none-any.whl", "sha256": sha}]}],
+        "stack": [{"name": "flashinfer-0.6.14", "artifacts": ["flashinfer-python==0.6.14"],
+                   "serves": ["0.5.16", "0.5.16.post1"]},
+                  {"name": "flashinfer-0.7.4", "artifacts": ["flashinfer-python==0.7.4"]}]})
+    assert lock.lock_names(catalog, ["sglang-0.5.11", "flashinfer-0.6.14", "sglang-0.5.16", "flashinfer-0.7.4"]) == [
+        "sglang-0.5.11", "sglang-0.5.16", "sglang-0.5.16.post1", "sglang-0.5.16", "flashinfer-0.7.4"]
+    pins = ["sglang==0.5.16", "flashinfer-python==0.6.14+fp4graph.1"]
+    text = "\n".join(lock.header("sglang-0.5.16", pins, pythons=["3.10"], uv_version="0.13.9",
+                                 served_by="flashinfer-0.6.14"))
+    assert text.startswith("fp4graph lock of sglang 0.5.16 (PyPI's, pristine) beside stack flashinfer-0.6.14")
+    assert "  sglang==0.5.16 flashinfer-python==0.6.14+fp4graph.1" in text
+    assert "`python -m fp4graph pins sglang-0.5.16` gives them" in text
+    assert "by `nox -s install -- sglang-0.5.16`" in text and "Made by `python -m fp4graph lock flashinfer-0.6.14`" in text
+    # Our index serves sglang in other versions (our sglang stacks'): first-index would stop there.
+    served = lock.Resolver(uv=("uv",), index_url="http://ours/simple/", pypi_sglang=True).command()
+    assert served[served.index("--index-strategy") + 1] == "unsafe-first-match"
+    assert "--index-strategy" not in lock.Resolver(uv=("uv",), index_url="http://ours/simple/").command()
+    made = lock.make_lock("sglang-0.5.16", pins, [locks.LockedPin(name="sglang", version="0.5.16"),
+                                                  locks.LockedPin(name="flashinfer-python", version="0.6.14+fp4graph.1"),
+                                                  locks.LockedPin(name="torch", version="2.11.0")], ["h"])
+    assert [p.line for p in made.pins] == ["torch==2.11.0"]

@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from fp4graph.model import locks
+from fp4graph.model import locks, stacks
 from fp4graph.model.errors import ConfigError
 
 LOCK = """\
@@ -89,10 +89,42 @@ def test_the_committed_locks_parse_and_leave_our_pins_out() -> None:
     patches = pathlib.Path(__file__).resolve().parents[2] / "patches"
     found = sorted((patches / locks.LOCKS_DIR).glob("*.txt"))
     assert found, "no lock under patches/locks/"
+    served = {stacks.served_name(v) for s in stacks.load(patches / "stacks.toml").stacks for v in s.serves}
     for path in found:
         lock = locks.read(path)
         names = {p.key for p in lock.pins}
-        assert {"torch", "transformers", "flashinfer-cubin"} <= names, path
+        # sglang 0.5.16+ pins no flashinfer-cubin (FlashInfer fetches its cubins at run time).
+        assert {"torch", "transformers"} | (set() if lock.stack in served else {"flashinfer-cubin"}) <= names, path
         assert not names & {"sglang", "flashinfer-python"}, path
         assert any("For: CPython" in line for line in lock.header), path
     assert locks.read_holds(patches)
+
+
+def test_every_served_release_has_its_lock_naming_its_pins() -> None:
+    """Each sglang release a flashinfer-only stack serves has patches/locks/sglang-X.txt, whose
+    header names PyPI's sglang X and the stack's flashinfer at its current revision (a bumped
+    revision needs the lock made again: `python -m fp4graph lock flashinfer-V`), and which
+    locks the torch the sglang wheel pins (test_stacks holds the flashinfer pin to it)."""
+    import zipfile
+
+    from fp4graph.model.config import Settings
+    from fp4graph.wheels.fetch import fetch
+
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    catalog = stacks.load(repo / "patches" / "stacks.toml")
+    served = [(s, v) for s in catalog.stacks for v in catalog.served_sglang(s)]
+    assert served
+    for stack, release in served:
+        name = stacks.served_name(release)
+        lock = locks.read(locks.lock_path(repo / "patches", name))
+        flashinfer = catalog.artifact("flashinfer-python", catalog.versions(stack)["flashinfer-python"])
+        assert lock.header[0].startswith(f"fp4graph lock of sglang {release} (PyPI's, pristine) beside stack "
+                                         f"{stack.name} "), lock.header
+        assert lock.header[1].split() == [f"sglang=={release}", f"flashinfer-python=={flashinfer.patched_version}"]
+        pinned = catalog.artifact("sglang", release).file()
+        with zipfile.ZipFile(fetch(Settings.from_env(repo), "sglang", pinned)) as wheel:
+            info = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+            torch = next(line.split("==")[1].strip() for line in wheel.read(info).decode().splitlines()
+                         if line.startswith("Requires-Dist: torch=="))
+        assert lock.versions({"platform_machine": "x86_64", "sys_platform": "linux", "platform_system": "Linux",
+                              "python_full_version": "3.11.7", "python_version": "3.11"})["torch"] == torch, name

@@ -20,6 +20,13 @@ def sglang_stacks(settings: config.Settings) -> list[str]:
     return [s.name for s in stacks.load(settings.stacks_file).sglang_stacks()]
 
 
+def locked_names(settings: config.Settings) -> list[str]:
+    """The stacks with sglang, then the sglang releases the flashinfer-only stacks serve
+    (sglang-X): every lock of patches/locks/."""
+    catalog = stacks.load(settings.stacks_file)
+    return [*sglang_stacks(settings), *(stacks.served_name(v) for s in catalog.stacks for v in s.serves)]
+
+
 def settings(args: argparse.Namespace) -> config.Settings:
     """Settings from the environment, with --index-url / --find-links applied."""
     found = config.Settings.from_env(config.find_checkout())

@@ -16,6 +16,7 @@ import datetime
 import pathlib
 import subprocess
 import tempfile
+import zipfile
 from collections.abc import Sequence
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -36,8 +37,10 @@ from ..model.locks import (
     write,
 )
 from ..model.log import log
+from ..model.stacks import Catalog, Stack, load, served_name
 from ..platforms.overrides import Override, TorchBuild, overrides_of, split_lines, torches_of
 from ..wheels.build import built_pins
+from ..wheels.fetch import fetch
 from .serve import served
 
 PYPI = "https://pypi.org/simple/"
@@ -59,11 +62,16 @@ class Resolver:
     python_version: str = LOWEST_PYTHON
     refresh: bool = False  # ask the indexes again, not uv's cache
     constraints: pathlib.Path | None = None  # the stack's holds
+    # PyPI's sglang beside our flashinfer (a served release): ours serves sglang in other
+    # versions (our sglang stacks'), which first-index would take as all there is.
+    pypi_sglang: bool = False
 
     def command(self) -> list[str]:
         cmd = [*self.uv, "pip", "compile", "--universal", "--python-version", self.python_version,
                "--no-header", "--no-annotate", "--quiet", "--index", self.index_url,
                "--default-index", self.default_index]
+        if self.pypi_sglang:
+            cmd += ["--index-strategy", "unsafe-first-match"]
         if self.refresh:
             cmd.append("--refresh")
         if self.constraints:
@@ -106,12 +114,18 @@ def pythons_of(wheel_names: Sequence[str]) -> list[str]:
 
 def header(stack: str, pins: Sequence[str], *, pythons: Sequence[str], uv_version: str,
            holds: Sequence[Hold] = (), today: datetime.date | None = None,
-           overrides: Sequence[Override] = (), torches: Sequence[TorchBuild] = ()) -> list[str]:
+           overrides: Sequence[Override] = (), torches: Sequence[TorchBuild] = (),
+           served_by: str | None = None) -> list[str]:
+    """The lock's header; ``served_by``: the flashinfer-only stack whose flashinfer a
+    pristine sglang release (``stack`` is its served name, sglang-X) installs beside."""
     covers = (f"CPython {', '.join(pythons)} (the Pythons its sglang wheels serve)" if pythons
               else f"CPython >= {LOWEST_PYTHON}")
     made = (today or datetime.date.today()).isoformat()
+    what = (f"fp4graph lock of {stack.replace('-', ' ', 1)} (PyPI's, pristine) beside stack {served_by} "
+            f"(our flashinfer): the whole dependency closure of" if served_by else
+            f"fp4graph lock of stack {stack}: the whole dependency closure of")
     return [
-        f"fp4graph lock of stack {stack}: the whole dependency closure of",
+        what,
         f"  {' '.join(pins)}",
         "pinned exactly: pip install -c <this file> (see README, Installing from the internal index).",
         f"Those pins stay out: `python -m fp4graph pins {stack}` gives them.",
@@ -120,7 +134,9 @@ def header(stack: str, pins: Sequence[str], *, pythons: Sequence[str], uv_versio
         "markers where the answer differs);",
         f"installed and imported on linux x86_64 by `nox -s install -- {stack}`, on linux aarch64",
         f"(DGX Spark; an emulated one here) by `nox -s install -- {stack} --platform linux-aarch64`.",
-        f"Made by `python -m fp4graph lock {stack}` (uv {uv_version}) on {made}; "
+        *([f"{served_by} serves it: patches/stacks.toml; its sglang wheel pins that flashinfer exactly, "
+           "which our +fp4graph build satisfies."] if served_by else []),
+        f"Made by `python -m fp4graph lock {served_by or stack}` (uv {uv_version}) on {made}; "
         "review a change like patches/stacks.toml,",
         "and see what PyPI has moved since with `nox -s deps`.",
         *(f"Held (patches/locks/holds.toml): {h.requirement}: {h.why}" for h in holds),
@@ -160,27 +176,64 @@ def _built_wheels(wheels_dir: pathlib.Path, stack: str) -> list[str]:
     return [w.filename for key in built.stack(stack).artifacts for w in built.artifacts[key].wheels]
 
 
+def lock_names(catalog: Catalog, names: Sequence[str]) -> list[str]:
+    """What ``lock`` makes for ``names``: a flashinfer-only stack that serves sglang
+    releases stands for their served names (sglang-X, one lock each); the rest as given."""
+    out: list[str] = []
+    for name in names:
+        found = next((s for s in catalog.stacks if s.name == name), None)
+        served_releases = catalog.served_sglang(found) if found else ()
+        out += [served_name(v) for v in served_releases] if served_releases else [name]
+    return out
+
+
+def check_served(settings: Settings, catalog: Catalog, stack: Stack, release: str) -> None:
+    """Refuse to lock a served release whose pinned sglang wheel does not pin the stack's
+    flashinfer exactly (:meth:`Catalog.check_served_pin`); a release stacks.toml does not
+    pin is left to the resolver."""
+    if f"sglang=={release}" not in catalog.artifacts:
+        return
+    pinned = catalog.artifact("sglang", release).file()
+    with zipfile.ZipFile(fetch(settings, "sglang", pinned)) as wheel:
+        info = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+        catalog.check_served_pin(stack, release, wheel.read(info).decode(), pinned.filename)
+
+
+def _pythons(settings: Settings, catalog: Catalog, name: str) -> list[str]:
+    """The CPythons of a stack's built wheels, or of a served release's pinned sglang wheels."""
+    found = catalog.served_named(name)
+    if found and f"sglang=={found[1]}" in catalog.artifacts:
+        return pythons_of([f.filename for f in catalog.artifact("sglang", found[1]).files])
+    return pythons_of(_built_wheels(settings.wheels_dir, name))
+
+
 def lock_stacks(settings: Settings, stacks: Sequence[str], options: LockOptions) -> list[pathlib.Path]:
-    """Resolve each stack against our index (``wheels/`` served on 127.0.0.1, or
-    ``options.index_url``) plus PyPI and write ``patches/locks/<stack>.txt``."""
+    """Resolve each stack (or served release, sglang-X) against our index (``wheels/``
+    served on 127.0.0.1, or ``options.index_url``) plus PyPI and write
+    ``patches/locks/<name>.txt``."""
     uv_version = _uv_version(options.uv)
+    catalog = load(settings.stacks_file)
     written = []
     with contextlib.ExitStack() as stack_ctx:
         index = options.index_url or stack_ctx.enter_context(served(settings.wheels_dir)) + "simple/"
         holds = read_holds(settings.patches_dir)
         tmp = pathlib.Path(stack_ctx.enter_context(tempfile.TemporaryDirectory(prefix="fp4graph-lock-")))
-        for stack in stacks:
+        for stack in lock_names(catalog, stacks):
             pins = built_pins(settings.wheels_dir, stack)
+            serving = catalog.served_named(stack)
+            if serving:
+                check_served(settings, catalog, *serving)
             held = [h for h in holds if stack in h.stacks]
             constraints = tmp / f"{stack}-holds.txt"
             constraints.write_text("".join(h.requirement + "\n" for h in held))
             resolver = Resolver(uv=options.uv, index_url=index, refresh=options.refresh,
-                                constraints=constraints if held else None)
+                                constraints=constraints if held else None, pypi_sglang=serving is not None)
             overrides = overrides_of(settings.patches_dir / LOCKS_DIR, stack)
             resolved = split_lines(resolve(resolver, pins), overrides)
-            lock_header = header(stack, pins, pythons=pythons_of(_built_wheels(settings.wheels_dir, stack)),
+            lock_header = header(stack, pins, pythons=_pythons(settings, catalog, stack),
                                  uv_version=uv_version, holds=held, overrides=overrides,
-                                 torches=torches_of(settings.patches_dir / LOCKS_DIR, stack))
+                                 torches=torches_of(settings.patches_dir / LOCKS_DIR, stack),
+                                 served_by=serving[0].name if serving else None)
             new = make_lock(stack, pins, resolved, lock_header)
             path = lock_path(options.out, stack) if options.out else lock_path(settings.patches_dir, stack)
             if _same_pins(path, new):
@@ -209,5 +262,6 @@ def fresh_resolution(settings: Settings, stack: str, options: LockOptions) -> li
     """The stack resolved now, without its lock, asking the indexes again."""
     with contextlib.ExitStack() as ctx:
         index = options.index_url or ctx.enter_context(served(settings.wheels_dir)) + "simple/"
-        resolver = Resolver(uv=options.uv, index_url=index, refresh=True)
+        serving = load(settings.stacks_file).served_named(stack)
+        resolver = Resolver(uv=options.uv, index_url=index, refresh=True, pypi_sglang=serving is not None)
         return resolve(resolver, built_pins(settings.wheels_dir, stack))

@@ -40,7 +40,7 @@ from packaging.version import InvalidVersion, Version
 
 from .errors import Fp4graphError
 from .files import write_atomic
-from .stacks import ArtifactFile
+from .stacks import ArtifactFile, served_name
 
 FILENAME = "manifest.json"
 FORMAT = 1
@@ -150,17 +150,39 @@ class PublishedLock:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class BuiltServed:
+    """A pristine sglang release a flashinfer-only stack serves, and the lock of its closure
+    beside the stack's wheels (``locks/sglang-<release>.txt``; None: not locked)."""
+
+    sglang: str
+    lock: PublishedLock | None = None
+
+    @property
+    def name(self) -> str:
+        """What its lock, pins files and install go by: ``sglang-<release>``."""
+        return served_name(self.sglang)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class BuiltStack:
     """A stack as built: its artifacts (keys of :attr:`Manifest.artifacts`), exact pins and
-    the lock of the rest of its closure (None: the stack has no lock, or no sglang)."""
+    the lock of the rest of its closure (None: the stack has no lock, or no sglang); a
+    flashinfer-only stack, the sglang releases it serves."""
 
     name: str
     artifacts: tuple[str, ...]
     pins: tuple[Pin, ...]
     lock: PublishedLock | None = None
+    served: tuple[BuiltServed, ...] = ()
 
     def pin(self, project: str) -> Pin | None:
         return next((p for p in self.pins if p.project == project), None)
+
+    def serving(self, served: BuiltServed) -> BuiltStack:
+        """``served`` as a stack of its own: PyPI's sglang pinned beside this stack's pins,
+        with its lock."""
+        pins = (Pin(project="sglang", version=Version(served.sglang)), *self.pins)
+        return BuiltStack(name=served.name, artifacts=self.artifacts, pins=pins, lock=served.lock)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -207,7 +229,13 @@ class Manifest:
     path: pathlib.Path | None = dataclasses.field(default=None, compare=False, metadata={"json": False})
 
     def find(self, name: str) -> BuiltStack | None:
-        return next((s for s in self.stacks if s.name == name), None)
+        """The stack ``name``, or the sglang release ``name`` (``sglang-X``) a built
+        flashinfer-only stack serves, as :meth:`BuiltStack.serving` makes it."""
+        return next((s for s in self.installable() if s.name == name), None)
+
+    def installable(self) -> tuple[BuiltStack, ...]:
+        """Every stack, then every served sglang release as its own stack."""
+        return (*self.stacks, *(s.serving(r) for s in self.stacks for r in s.served))
 
     def kernels_of(self, stack: str, arch: str | None = None) -> tuple[BuiltKernels, ...]:
         """The kernels wheels built from ``stack``'s flashinfer pin (for ``arch`` only, when given)."""
@@ -217,7 +245,7 @@ class Manifest:
     def stack(self, name: str) -> BuiltStack:
         found = self.find(name)
         if found is None:
-            built = ", ".join(s.name for s in self.stacks) or "none"
+            built = ", ".join(s.name for s in self.installable()) or "none"
             raise ManifestError(f"{self.path or FILENAME}: stack {name!r} was not built; built: {built}; "
                                 f"build it with `nox -s wheels -- --stack {name}`")
         return found

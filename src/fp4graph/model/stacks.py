@@ -133,6 +133,13 @@ class Stack:
     serves: tuple[str, ...] = ()
 
 
+def served_name(sglang: str) -> str:
+    """What the lock, pins files and install of pristine sglang ``sglang`` beside a
+    flashinfer-only stack go by: ``sglang-<release>`` (never an sglang stack's name: a
+    release such a stack ships is never served)."""
+    return f"sglang-{sglang}"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Catalog:
     artifacts: Mapping[str, Artifact]
@@ -181,6 +188,15 @@ class Catalog:
         """The pristine sglang releases a flashinfer-only stack serves, oldest first (none
         for an sglang stack, which serves its own)."""
         return stack.serves
+
+    def served_named(self, name: str) -> tuple[Stack, str] | None:
+        """(the flashinfer-only stack, the sglang release) that :func:`served_name` ``name``
+        stands for; None for any other name."""
+        for stack in self.stacks:
+            for release in stack.serves:
+                if served_name(release) == name:
+                    return stack, release
+        return None
 
     def check_served_pin(self, stack: Stack, sglang: str, metadata: str, where: str) -> None:
         """Refuse ``stack`` serving ``sglang`` unless that release's wheel METADATA (text,

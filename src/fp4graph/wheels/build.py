@@ -26,6 +26,7 @@ from ..model.log import log
 from ..model.manifest import (
     BuiltArtifact,
     BuiltKernels,
+    BuiltServed,
     BuiltStack,
     BuiltWheel,
     Manifest,
@@ -36,7 +37,7 @@ from ..model.manifest import (
     SeriesRecord,
 )
 from ..model.series import Series, load_series
-from ..model.stacks import Artifact, ArtifactFile, Catalog, load
+from ..model.stacks import Artifact, ArtifactFile, Catalog, load, served_name
 from ..platforms.overrides import platform_pins
 from ..platforms.targets import LINUX_X86_64, PLATFORMS
 from . import apply, repack, trees
@@ -149,17 +150,22 @@ def _manifest(
     stacks = tuple(
         BuiltStack(name=name, artifacts=catalog.stack(name).artifacts,
                    pins=tuple(artifacts[k].pin for k in catalog.stack(name).artifacts),
-                   lock=published_locks.get(name))
+                   lock=published_locks.get(name),
+                   served=tuple(BuiltServed(sglang=v, lock=published_locks.get(served_name(v)))
+                                for v in catalog.served_sglang(catalog.stack(name))))
         for name in stack_names
     )
     return Manifest(fp4graph=__version__, stacks=stacks, artifacts=artifacts)
 
 
 def _publish_locks(settings: Settings, stack_names: Sequence[str], staging: pathlib.Path) -> dict[str, PublishedLock]:
-    """Copy each stack's lock (patches/locks/<stack>.txt, read to refuse a broken one) to
+    """Copy each stack's lock (patches/locks/<stack>.txt, read to refuse a broken one), and
+    those of the sglang releases a flashinfer-only stack serves (sglang-<release>.txt), to
     ``locks/`` beside the index, for the manifest."""
+    catalog = load(settings.stacks_file)
     out = {}
-    for name in stack_names:
+    for name in [*stack_names, *(served_name(v) for n in stack_names
+                                 for v in catalog.served_sglang(catalog.stack(n)))]:
         source = locks.lock_path(settings.patches_dir, name)
         if not source.is_file():
             continue
@@ -188,7 +194,7 @@ def _publish_install_files(settings: Settings, built: Manifest, staging: pathlib
     the builds from their own index (torch's, sgl-kernel's) and the overrides
     (patches/locks/platforms.toml)."""
     written = []
-    for stack in built.stacks:
+    for stack in built.installable():
         name = stack.name
         if stack.lock is None:
             continue
