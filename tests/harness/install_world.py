@@ -17,6 +17,12 @@ from harness.releases import Release, make_release
 
 STACK = "sglang-9.0.0"
 PINS = ["sglang==9.0.0+fp4graph.1", "flashinfer-python==9.0.0+fp4graph.1"]
+# A flashinfer-only stack: ours beside PyPI's sglang 9.1.0 (the fixture PyPI serves it, and
+# a pristine flashinfer-python 9.0.0 that must not be the one installed).
+FLASHINFER_STACK = "flashinfer-9.0.0"
+SERVED = "9.1.0"
+SERVED_NAME = f"sglang-{SERVED}"
+SERVED_PINS = [f"sglang=={SERVED}", "flashinfer-python==9.0.0+fp4graph.1"]
 KERNEL = "fp4graph-fixture-kernel"  # provides the module sgl_kernel
 CUBIN_ERROR = "RuntimeError: flashinfer-cubin version (9.0.0) does not match flashinfer version (9.0.0+fp4graph.1)"
 
@@ -84,6 +90,19 @@ class World:
     pypi: str  # the index standing in for PyPI
 
 
+def pypi_releases(root: pathlib.Path) -> list[Release]:
+    """What the fixture PyPI serves: the kernel dependency at 9.0.0 (locked) and 9.1.0 (the
+    newest, whose import fails); sglang 9.1.0 (pristine, pinning flashinfer-python==9.0.0
+    as sglang pins its flashinfer) and PyPI's flashinfer-python 9.0.0 (pristine: its
+    ``__version__`` lacks our label)."""
+    pristine = {"flashinfer/__init__.py": '__version__ = "9.0.0"\n'}
+    return [plain_wheel(root, KERNEL, "9.0.0", {"sgl_kernel/__init__.py": ""}),
+            plain_wheel(root, KERNEL, "9.1.0", {"sgl_kernel/__init__.py": "raise ImportError('9.1')\n"}),
+            make_release(root, "sglang", SERVED, sglang_files(), sdist=False,
+                         requires=["flashinfer_python[cu13]==9.0.0", KERNEL]),
+            make_release(root, "flashinfer-python", "9.0.0", pristine, sdist=False)]
+
+
 def make_checkout(root: pathlib.Path, *, cubin_mismatch: bool) -> pathlib.Path:
     repo = root / "repo"
     (repo / "patches" / "locks").mkdir(parents=True)
@@ -100,14 +119,18 @@ def make_checkout(root: pathlib.Path, *, cubin_mismatch: bool) -> pathlib.Path:
         shutil.copy(release.wheel, wheels / release.wheel.name)
     write_metadata_files(wheels)
     write_index(wheels)
-    lock = f"# fixture lock of {STACK}\n{KERNEL}==9.0.0\n"
-    (repo / "patches" / "locks" / f"{STACK}.txt").write_text(lock)
     (wheels / "locks").mkdir()
-    (wheels / "locks" / f"{STACK}.txt").write_text(lock)
-    # As nox -s wheels publishes them: the pins a user's one command reads (-r).
-    (wheels / "locks" / f"{STACK}.pins.txt").write_text(f"# fp4graph pins of stack {STACK}\n"
-                                                         + "".join(p + "\n" for p in PINS))
+    for name, pins in ((STACK, PINS), (SERVED_NAME, SERVED_PINS)):
+        lock = f"# fixture lock of {name}\n{KERNEL}==9.0.0\n"
+        (repo / "patches" / "locks" / f"{name}.txt").write_text(lock)
+        (wheels / "locks" / f"{name}.txt").write_text(lock)
+        # As nox -s wheels publishes them: the pins a user's one command reads (-r).
+        (wheels / "locks" / f"{name}.pins.txt").write_text(f"# fp4graph pins of stack {name}\n"
+                                                            + "".join(p + "\n" for p in pins))
+    ours = manifest.Pin.parse(PINS[1])
     written = manifest.Manifest(fp4graph="0.1.0", artifacts={}, stacks=(
-        manifest.BuiltStack(name=STACK, artifacts=(), pins=tuple(manifest.Pin.parse(p) for p in PINS)),))
+        manifest.BuiltStack(name=STACK, artifacts=(), pins=tuple(manifest.Pin.parse(p) for p in PINS)),
+        manifest.BuiltStack(name=FLASHINFER_STACK, artifacts=(), pins=(ours,),
+                            served=(manifest.BuiltServed(sglang=SERVED),))))
     manifest.write(wheels / manifest.FILENAME, written)
     return repo

@@ -7,17 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.install_world import KERNEL, World, make_checkout, plain_wheel
+from harness.install_world import World, make_checkout, pypi_releases
 from harness.releases import Index
 
 
 @pytest.fixture(scope="session")
 def fixture_pypi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A PEP 691 index standing in for PyPI: the kernel dependency at 9.0.0 (locked) and
-    9.1.0 (the newest, whose import fails)."""
-    root = tmp_path_factory.mktemp("pypi")
-    index = Index([plain_wheel(root, KERNEL, "9.0.0", {"sgl_kernel/__init__.py": ""}),
-                   plain_wheel(root, KERNEL, "9.1.0", {"sgl_kernel/__init__.py": "raise ImportError('9.1')\n"})])
+    """A PEP 691 index standing in for PyPI (:func:`harness.install_world.pypi_releases`)."""
+    index = Index(pypi_releases(tmp_path_factory.mktemp("pypi")))
     with index.serve() as url:
         yield url
 

@@ -15,7 +15,7 @@ from fp4graph.commands import install as install_command
 from fp4graph.install import stack
 from fp4graph.model import locks
 from fp4graph.model.config import Settings
-from harness.install_world import CUBIN_ERROR, KERNEL, STACK, World
+from harness.install_world import CUBIN_ERROR, KERNEL, SERVED_NAME, SERVED_PINS, STACK, World
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -86,10 +86,11 @@ def test_error_line_is_the_last_exception() -> None:
     assert stack.error_line("") == "(no output)"
 
 
-def run_install(world: World, tmp_path: pathlib.Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+def run_install(world: World, tmp_path: pathlib.Path, *args: str,
+                name: str = STACK) -> tuple[subprocess.CompletedProcess[str], dict]:
     report = tmp_path / "report.json"
     env = {**os.environ, "PYTHONPATH": str(world.repo / "src")}
-    argv = [sys.executable, "-m", "fp4graph", "install", STACK, "--python", sys.executable, "--keep-pip",
+    argv = [sys.executable, "-m", "fp4graph", "install", name, "--python", sys.executable, "--keep-pip",
             "--extra-index-url", world.pypi, "--venv", str(tmp_path / "venv"), "--report", str(report), *args]
     result = subprocess.run(argv, cwd=world.repo, env=env, capture_output=True, text=True, timeout=600)
     assert report.is_file(), result.stdout + result.stderr
@@ -140,3 +141,82 @@ def test_a_failing_import_fails_the_command_naming_the_module(world: World, tmp_
     assert failed[0]["detail"] == f"exit 1: {CUBIN_ERROR}"
     assert "flashinfer/__init__.py" in failed[0]["tail"]  # the traceback's last lines
     assert f"smoke: import flashinfer: FAILED (0 s): exit 1: {CUBIN_ERROR}" in result.stdout.replace("(1 s)", "(0 s)")
+
+
+def test_a_served_release_installs_pypis_sglang_beside_our_flashinfer(world: World, tmp_path: pathlib.Path) -> None:
+    """sglang-9.1.0, served by the flashinfer-only stack: the fixture PyPI's sglang (our
+    index serves sglang too, in 9.0.0+fp4graph.1 only), our flashinfer (PyPI's pristine 9.0.0
+    would also meet sglang's pin), the served release's published lock and pins files."""
+    result, report = run_install(world, tmp_path, "--keep", name=SERVED_NAME)
+    done = steps(report)
+    assert result.returncode == 0 and all(s["ok"] for s in done.values()), result.stdout + result.stderr
+    assert f"/locks/{SERVED_NAME}.txt -r http://127.0.0.1:" in report["command"]
+    assert report["command"].endswith(f"/locks/{SERVED_NAME}.pins.txt")
+    listed = subprocess.run([str(tmp_path / "venv" / "bin" / "python"), "-m", "pip", "list", "--format=json"],
+                            capture_output=True, text=True, check=True).stdout
+    versions = {d["name"]: d["version"] for d in json.loads(listed)}
+    assert (versions["sglang"], versions["flashinfer-python"], versions[KERNEL]) == ("9.1.0", "9.0.0+fp4graph.1", "9.0.0")
+    assert done["lock"]["detail"].endswith("distributions as locked") and f"install {SERVED_NAME}: ok" in result.stdout
+
+
+def test_the_smoke_refuses_a_flashinfer_that_is_not_ours_or_imports_dynamo(tmp_path: pathlib.Path) -> None:
+    """``import flashinfer`` imports the pinned version (ours, not PyPI's of the same release)
+    and leaves torch._dynamo unloaded."""
+    package = tmp_path / "flashinfer"
+    package.mkdir()
+    (check,) = [c for c in stack.smoke_checks([], flashinfer="9.0.0+fp4graph.1") if c.name == "import flashinfer"]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+
+    def run(body: str) -> subprocess.CompletedProcess[str]:
+        (package / "__init__.py").write_text(body)
+        return subprocess.run(check.argv(pathlib.Path(sys.executable)), capture_output=True, text=True, env=env)
+
+    assert run('__version__ = "9.0.0+fp4graph.1"\n').returncode == 0
+    pristine = run('__version__ = "9.0.0"\n')
+    assert pristine.returncode == 1
+    assert stack.error_line(pristine.stderr) == "AssertionError: flashinfer 9.0.0 imports, not the pinned 9.0.0+fp4graph.1"
+    dynamo = run('import sys, types\nsys.modules["torch._dynamo"] = types.ModuleType("d")\n__version__ = "9.0.0+fp4graph.1"\n')
+    assert "AssertionError: import flashinfer imported torch._dynamo" in stack.error_line(dynamo.stderr)
+
+
+def test_lock_problems_name_our_pins_not_installed_as_pinned() -> None:
+    lock = locks.make("s", [], [locks.LockedPin(name="six", version="1.0")])
+    installed = {"six": "1.0", "sglang": "9.1.0", "flashinfer-python": "9.0.0"}
+    assert stack.lock_problems(lock, installed, SERVED_PINS, None) == [
+        "flashinfer-python 9.0.0 installed, pinned 9.0.0+fp4graph.1"]
+    assert stack.lock_problems(lock, {"six": "1.0"}, SERVED_PINS[:1], None) == ["sglang not installed, pinned 9.1.0"]
+
+
+def test_a_package_left_out_is_excluded_by_uv_and_fails_the_report(tmp_path: pathlib.Path) -> None:
+    """``--leave-out cuda-tile`` (sglang 0.5.18+: a stub sdist that fetches from NVIDIA's
+    index): uv resolves and installs the rest (``--excludes``); the report names what is
+    missing at the lock's version and is never ok; pip has no such option."""
+    cmd = stack.install_command(["uv", "pip"], index_url="http://ours/simple/", lock="l.txt", pins=SERVED_PINS,
+                                uv=True, excludes="ex.txt")
+    assert cmd[cmd.index("--excludes") + 1] == "ex.txt"
+    with stack.excludes_file(["cuda-tile"]) as path:
+        assert path is not None and pathlib.Path(path).read_text() == "cuda-tile\n"
+    with stack.excludes_file([]) as none:
+        assert none is None
+    lock = locks.make("s", [], [locks.LockedPin(name="cuda-tile", version="1.6.0rc5")])
+    options = stack.InstallOptions(stack=SERVED_NAME, pins=tuple(SERVED_PINS), repo=REPO, wheels_dir=tmp_path,
+                                   venv=tmp_path / "v", base_python=sys.executable, lock=lock, lock_file=None,
+                                   leave_out=("cuda-tile",))
+    step = stack.left_out_step(options, None)
+    assert not step.ok and step.detail.startswith("not installed (--leave-out): cuda-tile==1.6.0rc5;")
+    with pytest.raises(stack.InstallError, match=r"--leave-out cuda-tile needs --installer uv"):
+        stack.install_stack(options)
+
+
+def test_a_flashinfer_only_stack_is_installed_by_the_release_it_serves() -> None:
+    from fp4graph.model import stacks
+    from fp4graph.model.errors import ConfigError
+
+    catalog = stacks.load(REPO / "patches" / "stacks.toml")
+    with pytest.raises(ConfigError, match=r"flashinfer-0\.6\.14 has no sglang: install the sglang release it serves "
+                                          r"beside it, sglang-0\.5\.16, e\.g\. `python -m fp4graph install sglang-0\.5\.16`"):
+        install_command.refuse_unserved(catalog, "flashinfer-0.6.14")
+    with pytest.raises(ConfigError, match=r"flashinfer-0\.7\.4 has no sglang and serves no sglang release"):
+        install_command.refuse_unserved(catalog, "flashinfer-0.7.4")
+    install_command.refuse_unserved(catalog, "sglang-0.5.16")
+    install_command.refuse_unserved(catalog, "sglang-0.5.9")

@@ -13,7 +13,7 @@ import tempfile
 
 from ..install import cross
 from ..install import stack as install
-from ..model import config, locks
+from ..model import config, locks, stacks
 from ..model.errors import ConfigError
 from ..model.files import write_atomic
 from ..platforms import emulator
@@ -28,7 +28,9 @@ README_INDEX = "https://pypi.internal/simple/"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("stack", help="a built stack with sglang, e.g. sglang-0.5.9")
+    parser.add_argument("stack", help="a built stack with sglang, e.g. sglang-0.5.9, or an sglang release a "
+                                      "flashinfer-only stack serves, e.g. sglang-0.5.16 (PyPI's sglang beside "
+                                      "our flashinfer, its lock patches/locks/sglang-0.5.16.txt)")
     parser.add_argument("--index-url", help="an index serving our wheels and PyPI's (default: wheels/ "
                                             "served on 127.0.0.1, PyPI as the extra index)")
     parser.add_argument("--extra-index-url", action="append",
@@ -37,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-lock", action="store_true",
                         help="install without the stack's lock (what PyPI's newest versions do)")
     parser.add_argument("--lock", type=pathlib.Path, help="the lock (default patches/locks/<stack>.txt)")
+    parser.add_argument("--leave-out", action="append", default=[], metavar="NAME",
+                        help="install the closure without NAME (uv --excludes; repeatable): what cannot install "
+                             "here, e.g. cuda-tile for sglang 0.5.18+ (a stub sdist fetching from NVIDIA's "
+                             "index); the report fails, naming it")
     parser.add_argument("--installer", choices=install.INSTALLERS, default="pip")
     parser.add_argument("--venv", type=pathlib.Path,
                         help="where to make the venv (default a temporary one, removed afterwards)")
@@ -105,8 +111,21 @@ def _cross_options(settings: config.Settings, options: install.InstallOptions,
                              ".".join(map(str, sys.version_info[:2])), torch_index=native)
 
 
+def refuse_unserved(catalog: stacks.Catalog, name: str) -> None:
+    """A flashinfer-only stack is installed beside the sglang it serves: name that instead."""
+    found = next((s for s in catalog.stacks if s.name == name), None)
+    if found is not None and "sglang" not in catalog.versions(found):
+        served = [stacks.served_name(v) for v in catalog.served_sglang(found)]
+        if not served:
+            raise ConfigError(f"{name} has no sglang and serves no sglang release (patches/stacks.toml): "
+                              f"install a stack with sglang, e.g. {stacks.DEFAULT_STACK}")
+        raise ConfigError(f"{name} has no sglang: install the sglang release it serves beside it, "
+                          f"{' or '.join(served)}, e.g. `python -m fp4graph install {served[0]}`")
+
+
 def run(args: argparse.Namespace) -> int:
     settings = config.Settings.from_env(config.find_checkout())
+    refuse_unserved(stacks.load(settings.stacks_file), args.stack)
     if args.print_command:
         print(readme_command(args.stack, args.index_url or README_INDEX, args.platform))
         return 0
@@ -119,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             locked=not args.no_lock, lock_file=args.lock,
             index_url=args.index_url, extra_index_urls=args.extra_index_url, installer=args.installer,
             extra_checks=extra_checks(args.check), env=[pair(e, "--env") for e in args.env], log_file=log_file,
-            upgrade_pip=not args.keep_pip,
+            upgrade_pip=not args.keep_pip, leave_out=args.leave_out,
         )
         log_file.parent.mkdir(parents=True, exist_ok=True)
         log_file.unlink(missing_ok=True)

@@ -55,7 +55,9 @@ from .stack import (
     clean_env,
     directory_size,
     error_line,
+    excludes_file,
     install_command,
+    left_out_step,
     lock_problems,
     needs_driver,
     probe,
@@ -137,7 +139,8 @@ def stand_in_failure(options: CrossOptions, output: str) -> str:
             f"which no package of this install loads (a DGX Spark installs the CUDA 13 build)")
 
 
-def target_command(options: CrossOptions, where: Served, overrides: pathlib.Path | None) -> list[str]:
+def target_command(options: CrossOptions, where: Served, overrides: pathlib.Path | None,
+                   excludes: str | None = None) -> list[str]:
     """The README's DGX Spark command (published pins and overrides files, with uv) for
     the target platform into ``--target``, ours first, PyPI the default.  Where torch's
     index is out of reach, the stack's own pins file (PyPI's torch) stands in for the
@@ -160,7 +163,7 @@ def target_command(options: CrossOptions, where: Served, overrides: pathlib.Path
     override = published_overrides or (str(overrides) if overrides else None)
     return install_command([*options.uv, "pip"], index_url=where.index_url, extra_index_urls=extra,
                            lock=where.lock, pins=pins, requirements=pins_url, uv=True, overrides=override,
-                           options=platform_options)
+                           options=platform_options, excludes=excludes)
 
 
 # Run by the target's interpreter: each check of argv[1] (JSON) in turn, one JSON line each.
@@ -283,9 +286,9 @@ def install_for_platform(options: CrossOptions) -> InstallReport:
         if options.extra.overrides:
             overrides = pathlib.Path(scratch) / "overrides.txt"
             overrides.write_text("".join(o.requirement + "\n" for o in options.extra.overrides))
-        with _index(base) as where:
+        with _index(base) as where, excludes_file(base.leave_out) as excludes:
             lock_url = where.lock
-            command = target_command(options, where, overrides)
+            command = target_command(options, where, overrides, excludes)
             report.command = shlex.join(command)
             step = _step(report, "install", command, base,
                          detail_ok=f"uv for {options.platform.name}, {'locked' if lock_url else 'unlocked'}")
@@ -309,6 +312,8 @@ def install_for_platform(options: CrossOptions) -> InstallReport:
             report.steps.append(Step(name="lock", ok=not problems, seconds=time.monotonic() - started,
                                      detail="; ".join(problems) or f"{len(installed)} distributions as "
                                      f"locked for {environment['platform_machine']}"))
+        if base.leave_out:
+            report.steps.append(left_out_step(base, environment))
         note = torch_note(options)
         if note:
             report.steps.append(Step(name="torch build", ok=True, seconds=0, detail=note))

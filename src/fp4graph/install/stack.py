@@ -63,6 +63,7 @@ def install_command(
     uv: bool = False,
     overrides: str | None = None,
     options: Sequence[str] = (),
+    excludes: str | None = None,
 ) -> list[str]:
     """The one install command: README's, ``nox -s install``'s and ``nox -s integration``'s.
 
@@ -76,7 +77,8 @@ def install_command(
     our ``+fp4graph.N`` pins, the lock pins the rest.  ``requirements``: the published file
     of the stack's pins (``-r``; no checkout needed), else ``pins``.  ``overrides`` (uv only): a file of
     requirements replacing the stack's own exact pins of those names (a platform's,
-    patches/locks/platforms.toml); ``options`` follow ``install`` (uv's --python-platform)."""
+    patches/locks/platforms.toml); ``options`` follow ``install`` (uv's --python-platform);
+    ``excludes`` (uv only): a file of package names left out of the resolution."""
     cmd = [*installer, "install", *options]
     if uv:
         cmd += ["--index", index_url, *(a for u in extra_index_urls for a in ("--default-index", u))]
@@ -88,6 +90,8 @@ def install_command(
         cmd += ["-c", lock]
     if overrides:
         cmd += ["--override", overrides]
+    if excludes:
+        cmd += ["--excludes", excludes]
     return [*cmd, *(["-r", requirements] if requirements else []), *pins]
 
 
@@ -140,15 +144,27 @@ if missing:
 """
 
 
-def smoke_checks(architectures: Sequence[str], *, fp4_warmup: bool = True) -> list[SmokeCheck]:
+_IMPORT_FLASHINFER = """\
+import sys
+import flashinfer
+print('flashinfer', flashinfer.__version__, flashinfer.__file__)
+if 'torch._dynamo' in sys.modules:
+    raise AssertionError('import flashinfer imported torch._dynamo (seconds in every process)')
+if {version!r} and flashinfer.__version__ != {version!r}:
+    raise AssertionError(f'flashinfer {{flashinfer.__version__}} imports, not the pinned {version}')
+"""
+
+
+def smoke_checks(architectures: Sequence[str], *, fp4_warmup: bool = True, flashinfer: str = "") -> list[SmokeCheck]:
     """What sglang's server imports at start, as separate checks; ``fp4_warmup``: the
     stack's flashinfer is ours with the ``fp4-warmup`` topic (pristine, or 0.6.11.post1's
-    CUDA-version-only series, has no ``fp4_warmup``)."""
+    CUDA-version-only series, has no ``fp4_warmup``). ``import flashinfer`` leaves
+    ``torch._dynamo`` unloaded and, with ``flashinfer`` (the pinned version), imports that
+    one (ours, not a flashinfer-python of PyPI)."""
     warmup = [SmokeCheck(name="flashinfer.fp4_warmup",
                          code="from flashinfer import fp4_warmup; assert callable(fp4_warmup); print(fp4_warmup)")]
     return [
-        SmokeCheck(name="import flashinfer",
-                   code="import flashinfer; print('flashinfer', flashinfer.__version__, flashinfer.__file__)"),
+        SmokeCheck(name="import flashinfer", code=_IMPORT_FLASHINFER.format(version=flashinfer)),
         *(warmup if fp4_warmup else []),
         SmokeCheck(name="import sgl_kernel", code="import sgl_kernel; print('sgl_kernel', sgl_kernel.__file__)"),
         SmokeCheck(name="ModelOpt fp4 method",
@@ -186,6 +202,9 @@ class InstallOptions:
     log_file: pathlib.Path | None = None
     upgrade_pip: bool = True  # False: the pip the venv brings (offline tests)
     pins_as_built: bool = True  # the pins are wheels/manifest.json's (its published pins file says them)
+    # Packages of the closure not installed (uv --excludes): what cannot install here (sglang
+    # 0.5.18+'s cuda-tile==1.6.0rc5, a stub sdist fetching from NVIDIA's index); a step says so.
+    leave_out: tuple[str, ...] = ()
 
     @property
     def python(self) -> pathlib.Path:
@@ -339,14 +358,20 @@ _VENV_OWN = frozenset({"pip", "setuptools", "wheel", "uv"})  # uv: --installer u
 
 def lock_problems(lock: Lock, installed: dict[str, str], own: Sequence[str],
                   environment: dict[str, str] | None) -> list[str]:
-    """Where the venv differs from the lock: a locked package at another version, or a
-    package installed that the lock does not name."""
+    """Where the venv differs from the lock: one of our own pins (``own``) not installed
+    at its version, a locked package at another version, or a package installed that the
+    lock does not name."""
     from packaging.utils import canonicalize_name
+    from packaging.version import Version
 
     locked = lock.versions(environment)
-    own_keys = {canonicalize_name(p.split("==")[0]) for p in own}
-    problems = [f"{name} {have} installed, locked {locked[name]}"
-                for name, have in sorted(installed.items()) if name in locked and locked[name] != have]
+    own_pins = {canonicalize_name(name): version for name, _, version in (p.partition("==") for p in own)}
+    own_keys = set(own_pins)
+    problems = [f"{name} {installed.get(name, 'not')} installed, pinned {version}"
+                for name, version in sorted(own_pins.items())
+                if name not in installed or Version(installed[name]) != Version(version)]
+    problems += [f"{name} {have} installed, locked {locked[name]}"
+                 for name, have in sorted(installed.items()) if name in locked and locked[name] != have]
     problems += [f"{name} {have} installed, not in the lock"
                  for name, have in sorted(installed.items())
                  if name not in locked and name not in own_keys and name not in _VENV_OWN]
@@ -382,8 +407,32 @@ def _index(options: InstallOptions) -> Iterator[Served]:
         yield Served(index_url=base + "simple/", lock=lock, base=base)
 
 
+@contextlib.contextmanager
+def excludes_file(leave_out: Sequence[str]) -> Iterator[str | None]:
+    """uv's ``--excludes`` file of ``leave_out`` (None: nothing left out)."""
+    if not leave_out:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="fp4graph-excludes-") as tmp:
+        path = pathlib.Path(tmp) / "excludes.txt"
+        path.write_text("".join(name + "\n" for name in leave_out))
+        yield str(path)
+
+
+def left_out_step(options: InstallOptions, environment: dict[str, str] | None) -> Step:
+    """What the install lacks, at the lock's version: a failed step (the install is not the
+    one users get), so the report is never ok with a package missing."""
+    locked = options.lock.versions(environment) if options.lock else {}
+    names = ", ".join(f"{n}=={locked[n]}" if n in locked else n for n in options.leave_out)
+    return Step(name="left out", ok=False, seconds=0,
+                detail=f"not installed (--leave-out): {names}; the rest of the closure is installed and checked")
+
+
 def install_stack(options: InstallOptions) -> InstallReport:
     """Every step of the module docstring; the report says which failed and why."""
+    if options.leave_out and options.installer != "uv":
+        raise InstallError(f"--leave-out {' '.join(options.leave_out)} needs --installer uv (uv pip install "
+                           "--excludes; pip has no such option)")
     if options.venv.exists():
         shutil.rmtree(options.venv)
     python = options.python
@@ -402,13 +451,13 @@ def install_stack(options: InstallOptions) -> InstallReport:
     else:
         installer = [str(python), "-m", "pip"]
 
-    with _index(options) as where:
+    with _index(options) as where, excludes_file(options.leave_out) as excludes:
         # The README's command: the published pins file when it is the stack's own pins.
         lock_url = where.lock
         pins_url = where.published(options, pins_file(options.stack)) if lock_url and options.pins_as_built else None
         command = install_command(installer, index_url=where.index_url, extra_index_urls=options.extra_index_urls,
                                   lock=lock_url, pins=() if pins_url else options.pins, requirements=pins_url,
-                                  uv=options.installer == "uv")
+                                  uv=options.installer == "uv", excludes=excludes)
         uv_env = {**clean_env(), "VIRTUAL_ENV": str(options.venv)} if options.installer == "uv" else None
         report.command = shlex.join(command)
         step = _step(report, "install", command, options, env=uv_env,
@@ -432,6 +481,8 @@ def install_stack(options: InstallOptions) -> InstallReport:
         problems = lock_problems(options.lock, installed, options.pins, environment)
         report.steps.append(Step(name="lock", ok=not problems, seconds=0,
                                  detail="; ".join(problems) or f"{len(installed)} distributions as locked"))
+    if options.leave_out:
+        report.steps.append(left_out_step(options, environment))
 
     env = {**clean_env(), **dict(options.env)}
     with tempfile.TemporaryDirectory(prefix="fp4graph-smoke-") as cwd:
@@ -460,6 +511,11 @@ def summary(report: InstallReport) -> list[str]:
     verdict = "ok" if report.ok else "FAILED: " + ", ".join(s.name for s in report.failed)
     lines.append(f"install {report.stack}: {verdict}")
     return lines
+
+
+def pinned_version(pins: Sequence[str], project: str) -> str:
+    """The version ``pins`` pin ``project`` at ("" where none)."""
+    return next((p.partition("==")[2] for p in pins if p.partition("==")[0] == project), "")
 
 
 def sglang_version(pins: Sequence[str]) -> str:
@@ -499,6 +555,7 @@ def options_for(
     upgrade_pip: bool = True,
     pins: Sequence[str] | None = None,
     wheels_dir: pathlib.Path | None = None,
+    leave_out: Sequence[str] = (),
 ) -> InstallOptions:
     """The options of installing ``stack`` as built in ``wheels/`` (or ``wheels_dir``; its
     ``pins`` unless given), with its lock (``patches/locks/<stack>.txt`` unless
@@ -515,8 +572,8 @@ def options_for(
         extra_index_urls=tuple(extra_index_urls if extra_index_urls is not None else
                                (() if index_url else (PYPI,))),
         installer=installer, checks=tuple(smoke_checks(families.architectures(sglang_version(pins)),
-                                                      fp4_warmup=flashinfer_has_warmup(
-                                                          settings.patches_dir, pins))),
+                                                      fp4_warmup=flashinfer_has_warmup(settings.patches_dir, pins),
+                                                      flashinfer=pinned_version(pins, "flashinfer-python"))),
         extra_checks=tuple(extra_checks), env=tuple(env), log_file=log_file, upgrade_pip=upgrade_pip,
-        pins_as_built=as_built,
+        pins_as_built=as_built, leave_out=tuple(leave_out),
     )
