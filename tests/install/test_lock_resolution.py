@@ -106,3 +106,12 @@ def test_a_served_release_gets_its_own_lock_and_header() -> None:
                                                   locks.LockedPin(name="flashinfer-python", version="0.6.14+fp4graph.1"),
                                                   locks.LockedPin(name="torch", version="2.11.0")], ["h"])
     assert [p.line for p in made.pins] == ["torch==2.11.0"]
+
+
+def test_compare_leaves_the_stacks_own_pins_out() -> None:
+    """A served release's lock leaves PyPI's sglang out (a pin of the stack): not drift."""
+    locked = locks.make("sglang-0.5.16", [], [locks.LockedPin(name="torch", version="2.11.0")])
+    fresh = [locks.LockedPin(name="torch", version="2.11.0"), locks.LockedPin(name="sglang", version="0.5.16"),
+             locks.LockedPin(name="flashinfer-python", version="0.6.14+fp4graph.1")]
+    assert [c.text for c in deps.compare(locked, fresh)] == ["sglang: added 0.5.16"]
+    assert deps.compare(locked, fresh, ["sglang==0.5.16", "flashinfer-python==0.6.14+fp4graph.1"]) == []

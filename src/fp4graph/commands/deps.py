@@ -9,7 +9,7 @@ import tempfile
 
 from ..install import deps, lock
 from ..install import stack as install
-from ..model import config
+from ..model import config, stacks
 from . import common
 
 NAME = "deps"
@@ -17,7 +17,8 @@ HELP = "each stack's lock against what resolves today; --heavy also installs unl
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("stack", nargs="*", help="stacks (default: every stack with a lock)")
+    parser.add_argument("stack", nargs="*", help="stacks, or served releases (sglang-0.5.16); a flashinfer-only "
+                                                 "stack stands for the releases it serves (default: every lock)")
     parser.add_argument("--heavy", action="store_true",
                         help="also install each stack without its lock (GBs, minutes) and run the import smoke")
     parser.add_argument("--installer", choices=install.INSTALLERS, default="pip",
@@ -39,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
                     locked=False, installer=args.installer,
                     log_file=out / "deps-drift" / f"{name}.log")
         options = deps.DepsOptions(resolver=lock.LockOptions(uv=common.uv_command(args.uv)), unlocked_install=unlocked)
-        results = deps.drift(settings, args.stack or common.sglang_stacks(settings), options)
+        names = lock.lock_names(stacks.load(settings.stacks_file), args.stack) if args.stack else None
+        results = deps.drift(settings, names or common.locked_names(settings), options)
     md, js = deps.write_reports(out, results)
     print(deps.markdown(results))
     print(f"wrote {md}, {js}")

@@ -15,9 +15,12 @@ import pathlib
 import shutil
 from collections.abc import Callable, Sequence
 
+from packaging.utils import canonicalize_name
+
 from ..model.config import Settings
 from ..model.files import write_atomic
 from ..model.locks import Lock, LockedPin, lock_path, read, read_holds
+from ..wheels.build import built_pins
 from . import lock
 from .stack import InstallOptions, InstallReport, install_stack, summary
 
@@ -39,12 +42,15 @@ class Change:
         return f"{self.name}: {', '.join(self.locked)} -> {', '.join(self.newest)}"
 
 
-def compare(lock: Lock, fresh: Sequence[LockedPin]) -> list[Change]:
-    """What a fresh resolution changes against ``lock`` (our own pins aside)."""
+def compare(lock: Lock, fresh: Sequence[LockedPin], own: Sequence[str] = ()) -> list[Change]:
+    """What a fresh resolution changes against ``lock`` (our own pins aside, and the names
+    in ``own``: the stack's pins, which a lock leaves out, as a served release's sglang)."""
+    skip = {canonicalize_name(name.partition("==")[0]) for name in own}
+
     def versions(pins: Sequence[LockedPin]) -> dict[str, tuple[str, ...]]:
         out: dict[str, set[str]] = {}
         for p in pins:
-            if "+" not in p.version:
+            if "+" not in p.version and p.key not in skip:
                 out.setdefault(p.key, set()).add(p.version)
         return {k: tuple(sorted(v)) for k, v in out.items()}
 
@@ -81,7 +87,7 @@ def drift(settings: Settings, stacks: Sequence[str], options: DepsOptions) -> li
         path = lock_path(settings.patches_dir, name)
         fresh = lock.fresh_resolution(settings, name, options.resolver)
         result = StackDrift(stack=name, lock_file=str(path.relative_to(settings.repo)),
-                            changes=compare(read(path, name), fresh),
+                            changes=compare(read(path, name), fresh, built_pins(settings.wheels_dir, name)),
                             held=[f"{h.requirement}: {h.why}" for h in holds if name in h.stacks])
         if options.unlocked_install is not None:
             install = options.unlocked_install(name)
