@@ -308,9 +308,15 @@ def test_install_runs_every_sglang_stack() -> None:
 
     catalog = load_stacks(REPO / "patches" / "stacks.toml")
     wanted = [s.name for s in catalog.sglang_stacks()]
-    (job,) = load(WORKFLOW_DIR / "install.yml")["jobs"].values()
-    assert job["strategy"]["matrix"]["stack"] == wanted
+    jobs = load(WORKFLOW_DIR / "install.yml")["jobs"]
+    assert sorted(jobs) == ["install", "served"]
+    assert jobs["install"]["strategy"]["matrix"]["stack"] == wanted
     assert "schedule" in load(WORKFLOW_DIR / "install.yml")["on"]
+    # ... and a job for each sglang release a flashinfer-only stack serves, built from that stack.
+    from fp4graph.model.stacks import served_name
+
+    served = [{"release": served_name(v), "stack": s.name} for s in catalog.stacks for v in s.serves]
+    assert served and jobs["served"]["strategy"]["matrix"]["include"] == served
 
 
 def test_checks_caches_the_upstream_artifacts() -> None:
