@@ -101,23 +101,6 @@ def steps(report: dict) -> dict[str, dict]:
     return {s["name"]: s for s in report["steps"]}
 
 
-def test_installs_with_the_lock_from_the_served_index(world: World, tmp_path: pathlib.Path) -> None:
-    result, report = run_install(world, tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    done = steps(report)
-    assert all(s["ok"] for s in done.values()), done
-    assert list(done)[:5] == ["venv", "install", "disk", "pip check", "lock"]
-    # The fixture's flashinfer 9.0.0 has no series here, so no fp4-warmup topic: no fp4_warmup check.
-    assert [n for n in done if n.startswith("smoke: ")] == [f"smoke: {c.name}"
-                                                           for c in stack.smoke_checks([], fp4_warmup=False)]
-    # The README's command: our index over HTTP, PyPI's stand-in, the published lock.
-    assert "--index-url http://127.0.0.1:" in report["command"] and f"--extra-index-url {world.pypi}" in report["command"]
-    assert f"/locks/{STACK}.txt -r http://127.0.0.1:" in report["command"]
-    assert report["command"].endswith(f"/locks/{STACK}.pins.txt")
-    assert f"$ {report['command']}" in result.stdout and f"install {STACK}: ok" in result.stdout
-    assert "9.1.0" not in done["lock"]["detail"] and not (tmp_path / "venv").exists()  # removed unless --keep
-
-
 def test_unlocked_takes_the_newest_and_the_smoke_names_what_breaks(world: World, tmp_path: pathlib.Path) -> None:
     result, report = run_install(world, tmp_path, "--no-lock", "--keep")
     assert result.returncode == 1
@@ -141,22 +124,32 @@ def test_a_failing_import_fails_the_command_naming_the_module(world: World, tmp_
     assert failed[0]["detail"] == f"exit 1: {CUBIN_ERROR}"
     assert "flashinfer/__init__.py" in failed[0]["tail"]  # the traceback's last lines
     assert f"smoke: import flashinfer: FAILED (0 s): exit 1: {CUBIN_ERROR}" in result.stdout.replace("(1 s)", "(0 s)")
+    assert not (tmp_path / "venv").exists()  # removed unless --keep
 
 
-def test_a_served_release_installs_pypis_sglang_beside_our_flashinfer(world: World, tmp_path: pathlib.Path) -> None:
+def test_installs_with_the_lock_from_the_served_index(world: World, tmp_path: pathlib.Path) -> None:
     """sglang-9.1.0, served by the flashinfer-only stack: the fixture PyPI's sglang (our
     index serves sglang too, in 9.0.0+fp4graph.1 only), our flashinfer (PyPI's pristine 9.0.0
-    would also meet sglang's pin), the served release's published lock and pins files."""
+    would also meet sglang's pin), the release's published lock and pins files. (A stack's
+    own sglang installs the same way: the other tests here.)"""
     result, report = run_install(world, tmp_path, "--keep", name=SERVED_NAME)
+    assert result.returncode == 0, result.stdout + result.stderr
     done = steps(report)
-    assert result.returncode == 0 and all(s["ok"] for s in done.values()), result.stdout + result.stderr
+    assert all(s["ok"] for s in done.values()), done
+    assert list(done)[:5] == ["venv", "install", "disk", "pip check", "lock"]
+    # The fixture's flashinfer 9.0.0 has no series here, so no fp4-warmup topic: no fp4_warmup check.
+    assert [n for n in done if n.startswith("smoke: ")] == [f"smoke: {c.name}"
+                                                           for c in stack.smoke_checks([], fp4_warmup=False)]
+    # The README's command: our index over HTTP, PyPI's stand-in, the published lock and pins.
+    assert "--index-url http://127.0.0.1:" in report["command"] and f"--extra-index-url {world.pypi}" in report["command"]
     assert f"/locks/{SERVED_NAME}.txt -r http://127.0.0.1:" in report["command"]
     assert report["command"].endswith(f"/locks/{SERVED_NAME}.pins.txt")
+    assert f"$ {report['command']}" in result.stdout and f"install {SERVED_NAME}: ok" in result.stdout
     listed = subprocess.run([str(tmp_path / "venv" / "bin" / "python"), "-m", "pip", "list", "--format=json"],
                             capture_output=True, text=True, check=True).stdout
     versions = {d["name"]: d["version"] for d in json.loads(listed)}
     assert (versions["sglang"], versions["flashinfer-python"], versions[KERNEL]) == ("9.1.0", "9.0.0+fp4graph.1", "9.0.0")
-    assert done["lock"]["detail"].endswith("distributions as locked") and f"install {SERVED_NAME}: ok" in result.stdout
+    assert done["lock"]["detail"].endswith("distributions as locked")
 
 
 def test_the_smoke_refuses_a_flashinfer_that_is_not_ours_or_imports_dynamo(tmp_path: pathlib.Path) -> None:
