@@ -201,14 +201,23 @@ class Catalog:
     def check_served_pin(self, stack: Stack, sglang: str, metadata: str, where: str) -> None:
         """Refuse ``stack`` serving ``sglang`` unless that release's wheel METADATA (text,
         read from ``where``) pins the stack's flashinfer-python exactly (``==X``, any extras,
-        no marker): X+fp4graph.N satisfies only such a pin."""
+        no marker): X+fp4graph.N satisfies only such a pin; and, where the stack names a
+        torch (``nox -s tracing`` runs its cases under it), that torch exactly."""
         flashinfer = self.versions(stack).get("flashinfer-python")
-        pins = _exact_pins(metadata).get("flashinfer-python")
+        exact = _exact_pins(metadata)
+        pins = exact.get("flashinfer-python")
         if flashinfer is None or pins != flashinfer:
             found = f"pins flashinfer-python=={pins}" if pins else "pins no flashinfer-python exactly"
             raise ConfigError(
                 f"patches/stacks.toml: stack {stack.name} serves sglang {sglang}, whose wheel "
                 f"({where}) {found}, not the stack's {flashinfer}"
+            )
+        torch = exact.get("torch")
+        if stack.torch is not None and torch != stack.torch:
+            found = f"pins torch=={torch}" if torch else "pins no torch exactly"
+            raise ConfigError(
+                f"patches/stacks.toml: stack {stack.name} serves sglang {sglang}, whose wheel "
+                f"({where}) {found}, not the stack's torch {stack.torch}"
             )
 
     def serving(self, sglang: str) -> Stack:
