@@ -66,6 +66,9 @@ def pip(argv: list[str]) -> int:
     for arg in argv:
         if arg.startswith("transformers=="):
             state["transformers"] = arg.split("==", 1)[1]
+        elif "==" in arg and not arg.startswith("-"):  # a pin installed: the probe lists it
+            name, _, version = arg.partition("==")
+            state[f"dist:{name.lower().replace('_', '-')}"] = version
     if venv is not None:
         (venv / STATE).write_text(json.dumps(state))
     return 0
@@ -77,7 +80,8 @@ def probe(code: str) -> int:
             print(f"Traceback (most recent call last):\n  File \"<string>\", line 1\n{error}", file=sys.stderr)
             return 1
     if '"distributions"' in code:  # fp4graph.install.stack's probe
-        print(json.dumps({"distributions": {}, "environment": {"python_version": "3.11"}}))
+        dists = {k[5:]: v for k, v in _state(_venv()).items() if k.startswith("dist:")}
+        print(json.dumps({"distributions": dists, "environment": {"python_version": "3.11"}}))
     elif "import flashinfer" in code or "from flashinfer" in code or "sglang.srt" in code or "sgl_kernel" in code:
         print("imported")
     elif "transformers" in code:

@@ -51,15 +51,16 @@ TORCH_CUDA = "13.0"  # the releases pin torch 2.11.0 / 2.13.0: CUDA 13.0 builds
 # the families of :data:`MOE_SPEC_FIRST`.
 NO_TARGET = ("FlashInfer requires GPUs with sm75 or higher", "in check_cuda_arch")
 NO_SM12X_FLAGS = ("No supported CUDA architectures found for major versions [12]", "in get_nvcc_flags_list")
-# 0.5.18's sgl-kernel (sglang-kernel 0.4.6.post1) runs RMSNorm itself, so FlashInfer's first
-# spec there is the fused MoE's (the other releases': the RMSNorm module sgl-kernel calls).
-MOE_SPEC_FIRST = {"0.5.18": ("qwen3-moe", "deepseek-v3", "deepseek-v3-no-fusion", "glm4-moe", "glm5")}
-# Families whose simulated model asks FlashInfer for no JIT module, so an nvcc 12.8 changes
-# nothing there (they do what their row says, pristine and on SM121 too): on 0.5.18 sgl-kernel
-# (sglang-kernel 0.4.6.post1) runs RMSNorm itself, the dense models' fp4 ops are sglang's,
-# and the attention kernels are the harness's stand-ins (modelsim 5; a GPU server's
-# FlashInfer attention backend builds FlashInfer's attention modules, not simulated).
-NO_FLASHINFER_SPEC = {"0.5.18": ("llama", "qwen3")}
+# The one served release whose sgl-kernel (sglang-kernel 0.4.6.post1) runs RMSNorm itself;
+# every other's calls FlashInfer's RMSNorm module, the first spec of every family.
+OWN_RMSNORM_RELEASE = "0.5.18"
+# There, FlashInfer's first spec is the fused MoE's for these families:
+MOE_SPEC_FIRST = ("qwen3-moe", "deepseek-v3", "deepseek-v3-no-fusion", "glm4-moe", "glm5")
+# and these ask FlashInfer for no JIT module, so an nvcc 12.8 changes nothing (they do what
+# their row says, pristine and on SM121 too): the dense models' fp4 ops are sglang's, and the
+# attention kernels are the harness's stand-ins (modelsim 5; a GPU server's FlashInfer
+# attention backend builds FlashInfer's attention modules, not simulated).
+NO_FLASHINFER_SPEC = ("llama", "qwen3")
 FULL = full_matrix()
 TARGETS = simulation.flashinfer_only_targets()
 
@@ -145,13 +146,14 @@ def test_nvcc_12_8_whole_model(request: pytest.FixtureRequest, wheel_tree: Any, 
     sm120 = case.gpu == "sm120"
     assert report["torch_cuda"] == TORCH_CUDA, describe  # the release's torch (simulation.simulated_cuda)
     assert report.get("flashinfer_toolkit") == {"nvcc": TOOLKIT, "archs": ["12.0a"] if patched and sm120 else []}, describe
-    if (patched and sm120) or case.family in NO_FLASHINFER_SPEC.get(target.sglang, ()):
+    own_rmsnorm = target.sglang == OWN_RMSNORM_RELEASE
+    if (patched and sm120) or (own_rmsnorm and case.family in NO_FLASHINFER_SPEC):
         expected.assert_release_outcome(target.sglang, case.family, case.gpu, True, report)
         return
     # No target: the first JIT spec FlashInfer generates refuses (pristine; ours on SM121,
     # where gen_jit_spec's error names the empty target list).
     text = report.get("error_text", "")
     assert not report["ok"] and report["stage"] != "build", describe
-    error, where = NO_SM12X_FLAGS if case.family in MOE_SPEC_FIRST.get(target.sglang, ()) else NO_TARGET
+    error, where = NO_SM12X_FLAGS if own_rmsnorm and case.family in MOE_SPEC_FIRST else NO_TARGET
     assert error in text and where in report["traceback"], describe
     assert not patched or "Detected TARGET_CUDA_ARCHS=[]" in text, describe

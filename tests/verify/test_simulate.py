@@ -70,6 +70,11 @@ def test_the_gpus_and_the_sm12x_family() -> None:
     assert (simulate.SM120.cuda_version, gb10.cuda_version) == ("12.8", "13.0")
 
 
+# Every linux machine, as a lock's marker says it: a stack's lock (`sys_platform == "linux"`)
+# or a served release's, whose sglang has no darwin wheel filter (`!= "darwin"`).
+LINUX = r'sys_platform (?:== "linux"|!= "darwin")$'
+
+
 def test_gb10_answers_the_cuda_of_the_torch_a_dgx_spark_installs() -> None:
     """SM121's CUDA is every stack's torch build on linux aarch64: the CUDA build
     patches/locks/platforms.toml adds (``[[torch]]``), else the lock's own torch, whose
@@ -82,15 +87,14 @@ def test_gb10_answers_the_cuda_of_the_torch_a_dgx_spark_installs() -> None:
     for lock in locks:
         if any(lock.stem in b.stacks for b in builds):
             continue
-        runtime = re.search(r"^nvidia-cuda-runtime==(\d+\.\d+)\.\S* ; sys_platform == \"linux\"$",
-                            lock.read_text(), re.M)
+        runtime = re.search(r"^nvidia-cuda-runtime==(\d+\.\d+)\.\S* ; " + LINUX, lock.read_text(), re.M)
         assert runtime and runtime[1] == cuda, f"{lock}: its torch's CUDA runtime is not {cuda}"
 
 
 # x86_64: the CUDA runtime a lock pins for every linux machine, or for x86_64 beside another
 # one for aarch64 (0.5.8 ... 0.5.10.post1: cu12 on x86_64).
 X86_64_RUNTIME = re.compile(r'^nvidia-cuda-runtime(?:-cu\d+)?==(\d+\.\d+)\.\S* ; '
-                            r'(?:platform_machine == "x86_64" and )?sys_platform == "linux"$', re.M)
+                            r'(?:platform_machine == "x86_64" and )?' + LINUX, re.M)
 
 
 def test_sm120_answers_the_cuda_of_the_torch_each_lock_installs() -> None:
