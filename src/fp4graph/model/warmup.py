@@ -25,6 +25,7 @@ DEFAULT_KINDS: dict[str, tuple[str, ...]] = {
     "0.5.10.post1": ("quantization",),
     "0.5.11": ("quantization",),
     # No fp4-warmup in its series (sglang's own fp4 op): what its pristine start builds.
+    "0.5.12": ("quantization",),
     "0.5.12.post1": ("quantization",),
 }
 

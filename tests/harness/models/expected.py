@@ -41,6 +41,7 @@ NSA_BACKENDS_ON_SM120: dict[str, tuple[str, str] | None] = {
     "0.5.10": ("trtllm", "trtllm"),
     "0.5.10.post1": ("trtllm", "trtllm"),
     "0.5.11": ("trtllm", "trtllm"),
+    "0.5.12": ("trtllm", "trtllm"),
     "0.5.12.post1": ("trtllm", "trtllm"),
 }
 
@@ -60,6 +61,7 @@ EXPECT_BY_RELEASE: dict[str, dict[str, dict[str, Any]]] = {
     # 0.5.12 fuses the shared expert only where architectures[0] is DeepseekV3ForCausalLM
     # (models/deepseek_v2.py:2425, determine_num_fused_shared_experts), and no longer reads a
     # deepseek_v32 config as deepseek_v3 (0.5.11: _load_deepseek_v32_model), so V3.2 is not.
+    "0.5.12": {"deepseek-v3.2": {"num_fused_shared_experts": 0}},
     "0.5.12.post1": {"deepseek-v3.2": {"num_fused_shared_experts": 0}},
 }
 
@@ -178,6 +180,16 @@ _NSA_0512 = Outcome(
                   "server_args.py:1309",
 )
 
+_PRISTINE_0512 = PristineRelease(
+    flashinfer="0.6.11.post1", torch="2.11.0", transformers="5.6.0",
+    default_prefill="piecewise (torch.compile, PiecewiseCudaGraphRunner), on by default",
+    families={
+        "llama": WORKS, "qwen3": WORKS, "qwen3-moe": WORKS, "deepseek-v3": WORKS,
+        "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS,
+        "glm5": _NSA_0512, "deepseek-v3.2": _NSA_0512,
+    },
+)
+
 # What each stack's release does pristine (tests/models/test_models.py holds the stack's
 # pristine side to its row): a release measured pristine before it got a stack (its series
 # fixes what breaks here), or None: the seed error, every family stopping in the piecewise
@@ -190,16 +202,11 @@ PRISTINE_OF_STACKS: dict[str, PristineRelease | None] = {
     "0.5.10": None,
     "0.5.10.post1": None,
     "0.5.11": None,
-    # Stack sglang-0.5.12.post1: the #23351 backport (nsa-piecewise-cuda-graph).
-    "0.5.12.post1": PristineRelease(
-        flashinfer="0.6.11.post1", torch="2.11.0", transformers="5.6.0",
-        default_prefill="piecewise (torch.compile, PiecewiseCudaGraphRunner), on by default",
-        families={
-            "llama": WORKS, "qwen3": WORKS, "qwen3-moe": WORKS, "deepseek-v3": WORKS,
-            "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS,
-            "glm5": _NSA_0512, "deepseek-v3.2": _NSA_0512,
-        },
-    ),
+    # Stacks sglang-0.5.12 and sglang-0.5.12.post1: the #23351 backport
+    # (nsa-piecewise-cuda-graph).  0.5.12 (the same pins; .post1 changed DeepSeek-V4 and
+    # speculative code) measures as 0.5.12.post1, file:line included.
+    "0.5.12": _PRISTINE_0512,
+    "0.5.12.post1": _PRISTINE_0512,
 }
 
 _ALL_WORK = {
@@ -407,18 +414,6 @@ PRISTINE_RELEASES: dict[str, PristineRelease] = {
     "0.5.7": PristineRelease(
         flashinfer="0.5.3", torch="2.9.1", transformers="4.57.1", default_prefill=_OPT_IN,
         families=_dense_and_downsized_moe(_SEED_JIT, 1517),
-    ),
-    # 0.5.12 (the same pins as 0.5.12.post1, which changed DeepSeek-V4 and speculative
-    # code): the same outcome, the same file:line; stack sglang-0.5.12.post1's series applies
-    # to it with git apply (offsets only, model_runner.py -7 lines).
-    "0.5.12": PristineRelease(
-        flashinfer="0.6.11.post1", torch="2.11.0", transformers="5.6.0",
-        default_prefill="piecewise (torch.compile, PiecewiseCudaGraphRunner), on by default",
-        families={
-            "llama": WORKS, "qwen3": WORKS, "qwen3-moe": WORKS, "deepseek-v3": WORKS,
-            "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS,
-            "glm5": _NSA_0512, "deepseek-v3.2": _NSA_0512,
-        },
     ),
     # 0.5.13 (0.5.13.post1 changed only the speculative v2 workers): every family traces.
     "0.5.13": PristineRelease(
