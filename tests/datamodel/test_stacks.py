@@ -235,11 +235,11 @@ def _served_catalog(**flashinfer_stack: object) -> stacks.Catalog:
 def test_a_flashinfer_only_stack_says_which_sglang_releases_it_serves() -> None:
     catalog = _served_catalog(serves=["0.5.13", "0.5.13.post1", "0.5.14"])
     fi = catalog.stack("flashinfer-0.6.3")
-    assert catalog.served_sglang(fi) == ("0.5.13", "0.5.13.post1", "0.5.14")
-    assert catalog.served_sglang(catalog.stack("sglang-0.5.9")) == ()
-    assert catalog.serving("0.5.13.post1") == fi
-    with pytest.raises(ConfigError, match=r"no stack .* serves sglang 0\.5\.15; served: 0\.5\.13 \(flashinfer-0\.6\.3\)"):
-        catalog.serving("0.5.15")
+    assert fi.serves == ("0.5.13", "0.5.13.post1", "0.5.14")
+    assert catalog.stack("sglang-0.5.9").serves == ()
+    assert catalog.served_named("sglang-0.5.13.post1") == (fi, "0.5.13.post1")
+    assert catalog.served_named("sglang-0.5.15") is None
+    assert catalog.served_named("sglang-0.5.9") is None
 
 
 @pytest.mark.parametrize(
@@ -299,18 +299,13 @@ def test_each_served_release_pins_its_stacks_flashinfer() -> None:
     """The repository's flashinfer-only stacks against the METADATA of the sglang wheels
     stacks.toml pins (``pin --no-stack``; fetched, sha256-checked): each served release pins
     the stack's flashinfer-python exactly."""
-    import zipfile
-
+    from fp4graph.install.lock import check_served
     from fp4graph.model import config
-    from fp4graph.wheels.fetch import fetch
 
     settings = config.Settings.from_env(REPO)
     catalog = stacks.load(REPO / "patches" / "stacks.toml")
-    served = [(s, v) for s in catalog.stacks for v in catalog.served_sglang(s)]
+    served = [(s, v) for s in catalog.stacks for v in s.serves]
     unpinned = [v for _, v in served if f"sglang=={v}" not in catalog.artifacts]
     assert served and not unpinned, f"pin them: python -m fp4graph pin sglang VERSION --no-stack: {unpinned}"
     for stack, release in served:
-        pinned = catalog.artifact("sglang", release).file()
-        with zipfile.ZipFile(fetch(settings, "sglang", pinned)) as wheel:
-            info = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
-            catalog.check_served_pin(stack, release, wheel.read(info).decode(), pinned.filename)
+        check_served(settings, catalog, stack, release)  # what `fp4graph lock` refuses on

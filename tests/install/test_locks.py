@@ -112,7 +112,7 @@ def test_every_served_release_has_its_lock_naming_its_pins() -> None:
 
     repo = pathlib.Path(__file__).resolve().parents[2]
     catalog = stacks.load(repo / "patches" / "stacks.toml")
-    served = [(s, v) for s in catalog.stacks for v in catalog.served_sglang(s)]
+    served = [(s, v) for s in catalog.stacks for v in s.serves]
     assert served
     for stack, release in served:
         name = stacks.served_name(release)

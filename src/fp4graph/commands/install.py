@@ -115,7 +115,7 @@ def refuse_unserved(catalog: stacks.Catalog, name: str) -> None:
     """A flashinfer-only stack is installed beside the sglang it serves: name that instead."""
     found = next((s for s in catalog.stacks if s.name == name), None)
     if found is not None and "sglang" not in catalog.versions(found):
-        served = [stacks.served_name(v) for v in catalog.served_sglang(found)]
+        served = [stacks.served_name(v) for v in found.serves]
         if not served:
             raise ConfigError(f"{name} has no sglang and serves no sglang release (patches/stacks.toml): "
                               f"install a stack with sglang, e.g. {stacks.DEFAULT_STACK}")

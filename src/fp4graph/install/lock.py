@@ -181,9 +181,8 @@ def lock_names(catalog: Catalog, names: Sequence[str]) -> list[str]:
     releases stands for their served names (sglang-X, one lock each); the rest as given."""
     out: list[str] = []
     for name in names:
-        found = next((s for s in catalog.stacks if s.name == name), None)
-        served_releases = catalog.served_sglang(found) if found else ()
-        out += [served_name(v) for v in served_releases] if served_releases else [name]
+        serves = next((s.serves for s in catalog.stacks if s.name == name), ())
+        out += [served_name(v) for v in serves] or [name]
     return out
 
 
@@ -199,11 +198,10 @@ def check_served(settings: Settings, catalog: Catalog, stack: Stack, release: st
         catalog.check_served_pin(stack, release, wheel.read(info).decode(), pinned.filename)
 
 
-def _pythons(settings: Settings, catalog: Catalog, name: str) -> list[str]:
+def _pythons(settings: Settings, catalog: Catalog, name: str, serving: tuple[Stack, str] | None) -> list[str]:
     """The CPythons of a stack's built wheels, or of a served release's pinned sglang wheels."""
-    found = catalog.served_named(name)
-    if found and f"sglang=={found[1]}" in catalog.artifacts:
-        return pythons_of([f.filename for f in catalog.artifact("sglang", found[1]).files])
+    if serving and f"sglang=={serving[1]}" in catalog.artifacts:
+        return pythons_of([f.filename for f in catalog.artifact("sglang", serving[1]).files])
     return pythons_of(_built_wheels(settings.wheels_dir, name))
 
 
@@ -230,7 +228,7 @@ def lock_stacks(settings: Settings, stacks: Sequence[str], options: LockOptions)
                                 constraints=constraints if held else None, pypi_sglang=serving is not None)
             overrides = overrides_of(settings.patches_dir / LOCKS_DIR, stack)
             resolved = split_lines(resolve(resolver, pins), overrides)
-            lock_header = header(stack, pins, pythons=_pythons(settings, catalog, stack),
+            lock_header = header(stack, pins, pythons=_pythons(settings, catalog, stack, serving),
                                  uv_version=uv_version, holds=held, overrides=overrides,
                                  torches=torches_of(settings.patches_dir / LOCKS_DIR, stack),
                                  served_by=serving[0].name if serving else None)

@@ -520,22 +520,18 @@ def pinned_version(pins: Sequence[str], project: str) -> str:
 
 def sglang_version(pins: Sequence[str]) -> str:
     """The upstream sglang version of a stack's pins."""
-    for pin in pins:
-        name, _, version = pin.partition("==")
-        if name == "sglang":
-            return version.split("+", 1)[0]
+    version = pinned_version(pins, "sglang")
+    if version:
+        return version.split("+", 1)[0]
     raise InstallError(f"pins {' '.join(pins)} hold no sglang: `install` is for stacks with sglang")
 
 
 def flashinfer_has_warmup(patches_dir: pathlib.Path, pins: Sequence[str]) -> bool:
     """Whether a stack's pins hold our flashinfer-python (``+fp4graph.N``) and its series
     carries ``fp4-warmup`` (``flashinfer.fp4_warmup``)."""
-    for pin in pins:
-        if pin.startswith("flashinfer-python==") and "+fp4graph." in pin:
-            version = pin.removeprefix("flashinfer-python==").split("+", 1)[0]
-            found = series.load_series(patches_dir, "flashinfer-python", version)
-            return found is not None and "fp4-warmup" in found.topics
-    return False
+    version, ours, _ = pinned_version(pins, "flashinfer-python").partition("+fp4graph.")
+    found = series.load_series(patches_dir, "flashinfer-python", version) if ours else None
+    return found is not None and "fp4-warmup" in found.topics
 
 
 def options_for(

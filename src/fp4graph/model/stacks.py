@@ -184,11 +184,6 @@ class Catalog:
         """The stacks that pin an sglang release (the ones installed, locked and simulated)."""
         return tuple(s for s in self.stacks if "sglang" in self.versions(s))
 
-    def served_sglang(self, stack: Stack) -> tuple[str, ...]:
-        """The pristine sglang releases a flashinfer-only stack serves, oldest first (none
-        for an sglang stack, which serves its own)."""
-        return stack.serves
-
     def served_named(self, name: str) -> tuple[Stack, str] | None:
         """(the flashinfer-only stack, the sglang release) that :func:`served_name` ``name``
         stands for; None for any other name."""
@@ -219,17 +214,6 @@ class Catalog:
                 f"patches/stacks.toml: stack {stack.name} serves sglang {sglang}, whose wheel "
                 f"({where}) {found}, not the stack's torch {stack.torch}"
             )
-
-    def serving(self, sglang: str) -> Stack:
-        """The flashinfer-only stack that serves pristine sglang ``sglang``."""
-        for stack in self.stacks:
-            if sglang in stack.serves:
-                return stack
-        served = [f"{v} ({s.name})" for s in self.stacks for v in s.serves]
-        raise ConfigError(
-            f"no stack of patches/stacks.toml serves sglang {sglang}; served: "
-            + (", ".join(served) or "none")
-        )
 
 
 def _exact_pins(metadata: str) -> dict[str, str]:

@@ -152,7 +152,7 @@ def _manifest(
                    pins=tuple(artifacts[k].pin for k in catalog.stack(name).artifacts),
                    lock=published_locks.get(name),
                    served=tuple(BuiltServed(sglang=v, lock=published_locks.get(served_name(v)))
-                                for v in catalog.served_sglang(catalog.stack(name))))
+                                for v in catalog.stack(name).serves))
         for name in stack_names
     )
     return Manifest(fp4graph=__version__, stacks=stacks, artifacts=artifacts)
@@ -165,7 +165,7 @@ def _publish_locks(settings: Settings, stack_names: Sequence[str], staging: path
     catalog = load(settings.stacks_file)
     out = {}
     for name in [*stack_names, *(served_name(v) for n in stack_names
-                                 for v in catalog.served_sglang(catalog.stack(n)))]:
+                                 for v in catalog.stack(n).serves)]:
         source = locks.lock_path(settings.patches_dir, name)
         if not source.is_file():
             continue

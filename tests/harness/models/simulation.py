@@ -78,7 +78,7 @@ def pristine_releases() -> list[SglangStack]:
 
 def flashinfer_only_targets() -> list[SglangStack]:
     """Every flashinfer-only stack of patches/stacks.toml beside each pristine sglang release
-    it serves (its ``serves``, ``Catalog.served_sglang``), as one target named after the stack
+    it serves (its ``serves``), as one target named after the stack
     with the release's torch (its measured row, :data:`expected.PRISTINE_RELEASES`): run
     ``patched=True``, pristine sglang and our flashinfer; by stack, then release, oldest first."""
     from harness.models import expected
@@ -87,7 +87,7 @@ def flashinfer_only_targets() -> list[SglangStack]:
     out = []
     for entry in catalog.stacks:
         flashinfer = catalog.versions(entry).get("flashinfer-python")
-        for sglang in catalog.served_sglang(entry):
+        for sglang in entry.serves:
             row = expected.pristine_release(sglang)
             out.append(SglangStack(entry.name, sglang, flashinfer or "", row.torch))
     return out
