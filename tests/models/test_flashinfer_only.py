@@ -41,6 +41,7 @@ from typing import Any
 import pytest
 
 from harness.models import expected, families, simulation
+from harness.models.reports import GroupedReports
 from harness.targets import full_matrix
 
 TOOLKIT = "12.8"  # an nvcc older than 12.9 on CUDA_HOME / PATH
@@ -103,29 +104,23 @@ PARAMS = [
     for patched in (False, True)
     for c in matrix(t)
 ]
-_REPORTS: dict[tuple[str, str, bool, str], dict[str, dict[str, Any]]] = {}
+_REPORTS = GroupedReports()
 
 
 def report_of(request: pytest.FixtureRequest, wheel_tree: Any, target: simulation.SglangStack, patched: bool,
               case: Case) -> dict[str, Any]:
     """The report of ``case``; the first call for a (target, side, GPU) runs every selected
     case of that triple in one child."""
-    key = (target.name, target.sglang, patched, case.gpu)
-    if key not in _REPORTS:
-        cases = [item.callspec.params["case"] for item in request.session.items
-                 if getattr(item, "callspec", None) is not None
-                 and item.callspec.params.get("target") == target
-                 and item.callspec.params.get("patched") is patched
-                 and getattr(item.callspec.params.get("case"), "gpu", None) == case.gpu] or [case]
+    def run(cases: list[Case]) -> list[dict[str, Any]]:
         torch_pin = expected.pristine_release(target.sglang).torch
         python = simulation.python_for(torch_pin)
         if python is None:
             pytest.skip(f"sglang {target.sglang} pins torch {torch_pin}, newer than this venv's: "
                         f"${simulation.TORCH_PYTHON} names a python that has it")
-        reports = simulation.run(wheel_tree, target, patched=patched, cases=[c.request() for c in cases],
-                                 gpu=case.gpu, python=python, toolkit=TOOLKIT)
-        _REPORTS[key] = {c.id: r for c, r in zip(cases, reports, strict=True)}
-    return _REPORTS[key][case.id]
+        return simulation.run(wheel_tree, target, patched=patched, cases=[c.request() for c in cases],
+                              gpu=case.gpu, python=python, toolkit=TOOLKIT)
+
+    return _REPORTS.report(request, case, run, target=target, patched=patched)
 
 
 def test_targets_are_the_flashinfer_only_stacks() -> None:

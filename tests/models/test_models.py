@@ -52,8 +52,10 @@ from harness.models.expected import (
     REPLAY_TOKENS,
     Outcome,
     assert_nsa,
+    describe,
     expect,
 )
+from harness.models.reports import GroupedReports
 from harness.targets import SEED_STACK, full_matrix, sm12x_gpus, versions_with_topic
 
 SEED_ERROR = "Attempted to call function marked as skipped"
@@ -215,19 +217,7 @@ PARAMS = [
     for case in matrix(stack.name, patched)
 ]
 
-_RESULTS: dict[tuple[str, bool, str], dict[str, dict[str, Any]]] = {}
-
-
-def selected_cases(session: pytest.Session, stack: simulation.SglangStack, patched: bool, gpu: str) -> list[Case]:
-    """The cases of (``stack``, ``patched``, ``gpu``) this session runs (``-k`` narrows them)."""
-    out = []
-    for item in session.items:
-        params = getattr(item, "callspec", None)
-        params = params.params if params is not None else {}
-        case = params.get("case")
-        if params.get("stack") == stack and params.get("patched") is patched and getattr(case, "gpu", None) == gpu:
-            out.append(case)
-    return out
+_RESULTS = GroupedReports()
 
 
 def result(
@@ -235,18 +225,10 @@ def result(
 ) -> dict[str, Any]:
     """The report of ``case``; the first call for a (stack, patched, GPU) runs all the
     selected cases of that triple in one child."""
-    key = (stack.name, patched, case.gpu)
-    if key not in _RESULTS:
-        cases = selected_cases(request.session, stack, patched, case.gpu) or [case]
-        reports = simulation.run(wheel_tree, stack, patched=patched, cases=[c.request() for c in cases],
-                                 gpu=case.gpu)
-        _RESULTS[key] = {c.id: r for c, r in zip(cases, reports, strict=True)}
-    return _RESULTS[key][case.id]
+    def run(cases: list[Case]) -> list[dict[str, Any]]:
+        return simulation.run(wheel_tree, stack, patched=patched, cases=[c.request() for c in cases], gpu=case.gpu)
 
-
-def describe(report: dict[str, Any]) -> str:
-    brief = {k: v for k, v in report.items() if k not in ("graphs", "traceback", "error_text")}
-    return f"{brief}\n{report.get('traceback', '')[-4000:]}"
+    return _RESULTS.report(request, case, run, stack=stack, patched=patched)
 
 
 def test_every_sglang_stack_is_simulated() -> None:

@@ -32,6 +32,7 @@ import pytest
 
 from fp4graph.model.families import by_architecture
 from harness.models import expected, families, simulation
+from harness.models.reports import GroupedReports
 from harness.targets import full_matrix, sm12x_gpus
 
 FULL = full_matrix()
@@ -97,29 +98,24 @@ def matrix(target: simulation.SglangStack) -> list[Case]:
 
 CI = None if FULL else ci_release()
 PARAMS = [pytest.param(t, c, id=f"{t.name}-pristine-{c.id}") for t in RELEASES for c in matrix(t)]
-_REPORTS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+_REPORTS = GroupedReports()
 
 
 def report_of(request: pytest.FixtureRequest, wheel_tree: Any, target: simulation.SglangStack,
               case: Case) -> dict[str, Any]:
     """The report of ``case``; the first call for a (release, GPU) runs every selected case
     of that pair in one child."""
-    key = (target.name, case.gpu)
-    if key not in _REPORTS:
-        cases = [item.callspec.params["case"] for item in request.session.items
-                 if getattr(item, "callspec", None) is not None
-                 and item.callspec.params.get("target") == target
-                 and getattr(item.callspec.params.get("case"), "gpu", None) == case.gpu] or [case]
+    def run(cases: list[Case]) -> list[dict[str, Any]]:
         torch_pin = expected.pristine_release(target.sglang).torch
         python = simulation.python_for(torch_pin)
         if python is None:
             pytest.fail(f"sglang {target.sglang} pins torch {torch_pin}, newer than this venv's: point "
                         f"${simulation.TORCH_PYTHON} at a venv's python with torch {torch_pin}, its torchvision "
                         "and this checkout's test requirements")
-        reports = simulation.run(wheel_tree, target, patched=False, cases=[c.request() for c in cases],
-                                 gpu=case.gpu, python=python)
-        _REPORTS[key] = {c.id: r for c, r in zip(cases, reports, strict=True)}
-    return _REPORTS[key][case.id]
+        return simulation.run(wheel_tree, target, patched=False, cases=[c.request() for c in cases],
+                              gpu=case.gpu, python=python)
+
+    return _REPORTS.report(request, case, run, target=target)
 
 
 def test_every_measured_release_has_a_row_and_every_row_is_pinned() -> None:

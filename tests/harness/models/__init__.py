@@ -4,6 +4,7 @@ Parent side (the pytest process, or a venv's interpreter for ``simulate_installe
 
 - ``simulation``: a stack's trees and one child per run (``run``, ``run_code``,
   ``run_installed``); the cases (``case``) and the stacks (``sglang_stacks``, ``tp_stacks``).
+- ``reports``: a test module's reports, one child per group of the cases a session selected.
 - ``expected``: what a report must show (the ops of the pieces, the replay, ``assert_nsa``),
   shared by the tests of tests/models.
 - ``families``: the model rows, test size (``fp4graph.model.families``) plus variants.
@@ -30,5 +31,6 @@ Child side (imported only in the interpreter ``simulation`` starts, with ``tests
 This package imports nothing at import: its children put the upstream trees first.
 Its own tests: test_stand_ins (records, fake CUDA indexing, the collectives through gloo),
 test_tables (families and full_size against fp4graph.model.families),
-test_sgl_kernel_ops, test_simulate_installed, test_package (how children import it).
+test_sgl_kernel_ops, test_simulate_installed, test_package (how children import it),
+test_reports.
 """
