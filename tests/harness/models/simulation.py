@@ -28,10 +28,11 @@ from packaging.version import Version
 
 from fp4graph.model import config
 from fp4graph.model.families import by_architecture
-from fp4graph.model.stacks import load
+from fp4graph.model.stacks import Catalog, load
 from harness import pinned_python
 from harness.child import HARNESS, TESTS, run_python, tail
 from harness.models import families, sgl_kernel_ops
+from harness.tables import unstacked_versions
 from harness.targets import SEED_STACK, full_matrix
 from harness.toolkits import fake_cuda_home
 
@@ -53,9 +54,13 @@ class SglangStack:
         return (REPO / "patches" / project / version / "series").is_file()
 
 
+def _catalog() -> Catalog:
+    return load(REPO / "patches" / "stacks.toml")
+
+
 def sglang_stacks() -> list[SglangStack]:
     """Every stack of patches/stacks.toml that pins sglang (and its flashinfer)."""
-    catalog = load(REPO / "patches" / "stacks.toml")
+    catalog = _catalog()
     return [SglangStack(stack.name, v["sglang"], v["flashinfer-python"], stack.torch)
             for stack, v in ((s, catalog.versions(s)) for s in catalog.sglang_stacks())]
 
@@ -66,13 +71,8 @@ def pristine_releases() -> list[SglangStack]:
     (:data:`expected.PRISTINE_RELEASES`; a release without a row raises), oldest first."""
     from harness.models import expected
 
-    catalog = load(REPO / "patches" / "stacks.toml")
-    in_stacks = {key for s in catalog.stacks for key in s.artifacts}
-    out = []
-    for key, artifact in catalog.artifacts.items():
-        if artifact.project == "sglang" and key not in in_stacks:
-            row = expected.pristine_release(artifact.version)
-            out.append(SglangStack(f"sglang-{artifact.version}", artifact.version, row.flashinfer, row.torch))
+    rows = {v: expected.pristine_release(v) for v in unstacked_versions(_catalog())}
+    out = [SglangStack(f"sglang-{v}", v, row.flashinfer, row.torch) for v, row in rows.items()]
     return sorted(out, key=lambda s: Version(s.sglang))
 
 
@@ -83,14 +83,9 @@ def flashinfer_only_targets() -> list[SglangStack]:
     ``patched=True``, pristine sglang and our flashinfer; by stack, then release, oldest first."""
     from harness.models import expected
 
-    catalog = load(REPO / "patches" / "stacks.toml")
-    out = []
-    for entry in catalog.stacks:
-        flashinfer = catalog.versions(entry).get("flashinfer-python")
-        for sglang in entry.serves:
-            row = expected.pristine_release(sglang)
-            out.append(SglangStack(entry.name, sglang, flashinfer or "", row.torch))
-    return out
+    catalog = _catalog()
+    return [SglangStack(s.name, v, catalog.versions(s).get("flashinfer-python", ""), expected.pristine_release(v).torch)
+            for s in catalog.stacks for v in s.serves]
 
 
 # An interpreter whose venv has a newer torch than this one (with its torchvision and the
