@@ -31,6 +31,7 @@ from harness.models.expected import (
     MOE,
     OUTPLACE_ALL_REDUCE,
     REPLAY_TOKENS,
+    describe,
 )
 from harness.targets import full_matrix
 
@@ -83,11 +84,6 @@ def full_result(request: pytest.FixtureRequest, wheel_tree: Any, case: FullCase)
                                  timeout=7200)
         _RESULTS[case.stack.name] = {c.id: r for c, r in zip(unique, reports, strict=True)}
     return _RESULTS[case.stack.name][case.id]
-
-
-def describe(report: dict[str, Any]) -> str:
-    brief = {k: v for k, v in report.items() if k not in ("graphs", "traceback", "error_text")}
-    return f"{brief}\n{report.get('traceback', '')[-4000:]}"
 
 
 def expected_shapes(name: str) -> dict[str, Any]:

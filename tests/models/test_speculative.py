@@ -26,7 +26,7 @@ import pytest
 
 from harness import tables
 from harness.models import families, simulation
-from harness.models.expected import ATTENTION, FP4_GEMM, FP4_QUANTIZE, MOE, REPLAY_TOKENS
+from harness.models.expected import ATTENTION, FP4_GEMM, FP4_QUANTIZE, MOE, REPLAY_TOKENS, describe
 from harness.targets import full_matrix
 
 FAMILIES = ("glm5", "deepseek-v3")
@@ -78,11 +78,6 @@ def spec_result(request: pytest.FixtureRequest, wheel_tree: Any, case: SpecCase)
         reports = simulation.run(wheel_tree, case.stack, patched=True, cases=[c.request() for c in unique])
         _RESULTS[case.stack.name] = {c.id: r for c, r in zip(unique, reports, strict=True)}
     return _RESULTS[case.stack.name][case.id]
-
-
-def describe(report: dict[str, Any]) -> str:
-    brief = {k: v for k, v in report.items() if k not in ("graphs", "traceback", "error_text")}
-    return f"{brief}\n{report.get('traceback', '')[-4000:]}"
 
 
 def test_speculative_target_under_piecewise(request: pytest.FixtureRequest, wheel_tree: Any,
