@@ -180,14 +180,16 @@ _NSA_0512 = Outcome(
                   "server_args.py:1309",
 )
 
+_ALL_WORK = {
+    "llama": WORKS, "qwen3": WORKS, "qwen3-moe": WORKS, "deepseek-v3": WORKS,
+    "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS, "glm5": WORKS, "deepseek-v3.2": WORKS,
+}
+# Up to 0.5.13.post1: sglang's own piecewise runner, on unless a rule turns it off.
+_PIECEWISE_ON = "piecewise (torch.compile, PiecewiseCudaGraphRunner), on by default"
+
 _PRISTINE_0512 = PristineRelease(
-    flashinfer="0.6.11.post1", torch="2.11.0", transformers="5.6.0",
-    default_prefill="piecewise (torch.compile, PiecewiseCudaGraphRunner), on by default",
-    families={
-        "llama": WORKS, "qwen3": WORKS, "qwen3-moe": WORKS, "deepseek-v3": WORKS,
-        "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS,
-        "glm5": _NSA_0512, "deepseek-v3.2": _NSA_0512,
-    },
+    flashinfer="0.6.11.post1", torch="2.11.0", transformers="5.6.0", default_prefill=_PIECEWISE_ON,
+    families={**_ALL_WORK, "glm5": _NSA_0512, "deepseek-v3.2": _NSA_0512},
 )
 
 # What each stack's release does pristine (tests/models/test_models.py holds the stack's
@@ -207,11 +209,6 @@ PRISTINE_OF_STACKS: dict[str, PristineRelease | None] = {
     # speculative code) measures as 0.5.12.post1, file:line included.
     "0.5.12": _PRISTINE_0512,
     "0.5.12.post1": _PRISTINE_0512,
-}
-
-_ALL_WORK = {
-    "llama": WORKS, "qwen3": WORKS, "qwen3-moe": WORKS, "deepseek-v3": WORKS,
-    "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS, "glm5": WORKS, "deepseek-v3.2": WORKS,
 }
 
 _BREAKABLE = ("`breakable` (BreakableCudaGraphBackend, no torch.compile), on by default; `tc_piecewise` "
@@ -417,21 +414,13 @@ PRISTINE_RELEASES: dict[str, PristineRelease] = {
     ),
     # 0.5.13 (0.5.13.post1 changed only the speculative v2 workers): every family traces.
     "0.5.13": PristineRelease(
-        flashinfer="0.6.12", torch="2.11.0", transformers="5.8.1",
-        default_prefill="piecewise (torch.compile, PiecewiseCudaGraphRunner), on by default",
-        families={
-            "llama": WORKS, "qwen3": WORKS, "qwen3-moe": WORKS, "deepseek-v3": WORKS,
-            "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS, "glm5": WORKS, "deepseek-v3.2": WORKS,
-        },
+        flashinfer="0.6.12", torch="2.11.0", transformers="5.8.1", default_prefill=_PIECEWISE_ON,
+        families=_ALL_WORK,
     ),
     # PR #23351 upstream: NSA models in piecewise, the indexer's top-k a split op.
     "0.5.13.post1": PristineRelease(
-        flashinfer="0.6.12", torch="2.11.0", transformers="5.8.1",
-        default_prefill="piecewise (torch.compile, PiecewiseCudaGraphRunner), on by default",
-        families={
-            "llama": WORKS, "qwen3": WORKS, "qwen3-moe": WORKS, "deepseek-v3": WORKS,
-            "deepseek-v3-no-fusion": WORKS, "glm4-moe": WORKS, "glm5": WORKS, "deepseek-v3.2": WORKS,
-        },
+        flashinfer="0.6.12", torch="2.11.0", transformers="5.8.1", default_prefill=_PIECEWISE_ON,
+        families=_ALL_WORK,
     ),
     # The runner-backend refactor: PrefillCudaGraphRunner with a per-phase backend
     # (model_executor/cuda_graph_config.py); tc_piecewise is the prefill default, selected
