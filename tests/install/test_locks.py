@@ -124,7 +124,6 @@ def test_every_served_release_has_its_lock_naming_its_pins() -> None:
         pinned = catalog.artifact("sglang", release).file()
         with zipfile.ZipFile(fetch(Settings.from_env(repo), "sglang", pinned)) as wheel:
             info = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
-            torch = next(line.split("==")[1].strip() for line in wheel.read(info).decode().splitlines()
-                         if line.startswith("Requires-Dist: torch=="))
+            torch = stacks.exact_pins(wheel.read(info).decode(), pinned.filename)["torch"]
         assert lock.versions({"platform_machine": "x86_64", "sys_platform": "linux", "platform_system": "Linux",
                               "python_full_version": "3.11.7", "python_version": "3.11"})["torch"] == torch, name

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from fp4graph.model.families import by_architecture
+from fp4graph.model.stacks import exact_pins
 from harness.models import expected, families, simulation
 from harness.models.reports import GroupedReports
 from harness.targets import full_matrix, sm12x_gpus
@@ -129,13 +130,9 @@ def test_row_pins_are_the_wheels(wheel_tree: Any, target: simulation.SglangStack
     """flashinfer-python, torch and transformers of the row are the ones the release's
     wheel METADATA pins exactly, and the row names every family the release has."""
     tree = wheel_tree("sglang", target.sglang, patched=False)
-    metadata = next(tree.glob("sglang-*.dist-info/METADATA")).read_text()
+    metadata = next(tree.glob("sglang-*.dist-info/METADATA"))
     row = expected.pristine_release(target.sglang)
-    pins = {}
-    for line in metadata.splitlines():
-        if line.startswith("Requires-Dist: ") and "==" in line and ";" not in line:
-            name, _, version = line[len("Requires-Dist: "):].partition("==")
-            pins[name.split("[")[0].replace("_", "-").lower()] = version.strip()
+    pins = exact_pins(metadata.read_text(), str(metadata))
     assert (pins["flashinfer-python"], pins["torch"], pins["transformers"]) == (
         row.flashinfer, row.torch, row.transformers), pins
     assert sorted(row.families) == sorted(release_families(target.sglang))

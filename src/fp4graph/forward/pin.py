@@ -26,8 +26,6 @@ is refused, never overwritten.
 from __future__ import annotations
 
 import dataclasses
-import email.parser
-import email.policy
 import hashlib
 import pathlib
 import tarfile
@@ -37,11 +35,10 @@ import zipfile
 from collections.abc import Sequence
 
 from packaging.markers import default_environment
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ..model import projects
+from ..model import projects, stacks
 from ..model.config import Settings
 from ..model.errors import ConfigError, FetchError, Fp4graphError
 from ..model.files import write_atomic
@@ -154,20 +151,8 @@ def _metadata(settings: Settings, project: str, wheel: IndexFile) -> str:
 def exact_pins(metadata: str, where: str) -> dict[str, str]:
     """Canonical name -> version of every ``Requires-Dist: name==version`` that applies on
     this platform without extras."""
-    message = email.parser.Parser(policy=email.policy.compat32).parsestr(metadata)
-    env: dict[str, str] = {**{k: str(v) for k, v in default_environment().items()}, "extra": ""}
-    pins: dict[str, str] = {}
-    for raw in message.get_all("Requires-Dist") or []:
-        try:
-            req = Requirement(raw)
-        except InvalidRequirement as exc:
-            raise PinError(f"{where}: unreadable Requires-Dist {raw!r}: {exc}") from None
-        if req.marker is not None and not req.marker.evaluate(env):
-            continue
-        specs = list(req.specifier)
-        if len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version:
-            pins[canonicalize_name(req.name)] = specs[0].version
-    return pins
+    env = {**{k: str(v) for k, v in default_environment().items()}, "extra": ""}
+    return stacks.exact_pins(metadata, where, env)
 
 
 # --- stacks.toml, edited as text --------------------------------------------------------

@@ -199,7 +199,7 @@ class Catalog:
         no marker): X+fp4graph.N satisfies only such a pin; and, where the stack names a
         torch (``nox -s tracing`` runs its cases under it), that torch exactly."""
         flashinfer = self.versions(stack).get("flashinfer-python")
-        exact = _exact_pins(metadata)
+        exact = exact_pins(metadata, where)
         pins = exact.get("flashinfer-python")
         if flashinfer is None or pins != flashinfer:
             found = f"pins flashinfer-python=={pins}" if pins else "pins no flashinfer-python exactly"
@@ -216,17 +216,20 @@ class Catalog:
             )
 
 
-def _exact_pins(metadata: str) -> dict[str, str]:
-    """The unconditional ``Requires-Dist: name[extras]==X`` of a METADATA text, by canonical
-    name."""
+def exact_pins(metadata: str, where: str, environment: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Canonical name -> version of every ``Requires-Dist: name[extras]==X`` of a wheel's
+    METADATA text (read from ``where``): those whose marker holds in ``environment`` (a
+    marker environment), or with none, only those without a marker."""
     out: dict[str, str] = {}
-    for message_line in email.parser.Parser().parsestr(metadata).get_all("Requires-Dist") or []:
+    for raw in email.parser.Parser().parsestr(metadata).get_all("Requires-Dist") or []:
         try:
-            req = Requirement(message_line)
-        except InvalidRequirement:
+            req = Requirement(raw)
+        except InvalidRequirement as exc:
+            raise ConfigError(f"{where}: unreadable Requires-Dist {raw!r}: {exc}") from None
+        if req.marker is not None and (environment is None or not req.marker.evaluate(dict(environment))):
             continue
         specs = list(req.specifier)
-        if req.marker is None and len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version:
+        if len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version:
             out[canonicalize_name(req.name)] = specs[0].version
     return out
 
