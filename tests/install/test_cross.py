@@ -43,7 +43,7 @@ def test_the_command_is_the_readmes_for_the_target(tmp_path: pathlib.Path) -> No
     """The published pins and overrides, uv for aarch64 into --target; torch's CUDA build and
     its index where that index is reachable."""
     published(tmp_path, "s.pins.txt", "s.linux-aarch64.pins.txt", "s.linux-aarch64.overrides.txt")
-    where = stack.Served(index_url="http://i/simple/", lock="http://i/locks/s.txt", base="http://i/")
+    where = stack.InstallSources(index_url="http://i/simple/", lock="http://i/locks/s.txt", base="http://i/")
     spark = cross.target_command(options(tmp_path, torch_index=True), where, None)
     assert spark[:4] == ["uv", "pip", "install", "--python-platform"]
     assert spark[4] == "aarch64-manylinux_2_34" and "--no-build" in spark
@@ -64,7 +64,7 @@ def test_the_command_is_the_readmes_for_the_target(tmp_path: pathlib.Path) -> No
     assert cross.stand_ins(options(tmp_path, torch_index=True)) == []
     assert "not torch==2.9.1+cu130 from https://download.pytorch.org/whl/cu130" in cross.torch_note(here)
     # No published files (an --index-url given): the pins and a local overrides file.
-    bare = stack.Served(index_url="http://i/simple/", lock=None, base=None)
+    bare = stack.InstallSources(index_url="http://i/simple/", lock=None, base=None)
     assert cross.target_command(here, bare, tmp_path / "o.txt")[-4:] == ["--override", str(tmp_path / "o.txt"),
                                                                           *PINS]
 
@@ -142,7 +142,7 @@ def test_another_build_from_its_own_index_goes_beside_torchs(tmp_path: pathlib.P
     """A [[build]] (sgl-kernel's cu130 build): its requirement and index join torch's where the
     indexes are reachable; here PyPI's build stands in, the report says so, and a check that
     fails only for the CUDA 12 library that build needs is skipped with the library named."""
-    where = stack.Served(index_url="http://i/simple/", lock=None, base=None)
+    where = stack.InstallSources(index_url="http://i/simple/", lock=None, base=None)
     both = dataclasses.replace(options(tmp_path, torch_index=True),
                                extra=PlatformPins(overrides=(TMS,), torch=TORCH, builds=(KERNEL,)))
     spark = cross.target_command(both, where, None)

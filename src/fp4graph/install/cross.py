@@ -46,7 +46,7 @@ from ..wheels.build import overrides_file, pins_file
 from .stack import (
     InstallOptions,
     InstallReport,
-    Served,
+    InstallSources,
     SmokeCheck,
     Step,
     _index,
@@ -139,7 +139,7 @@ def stand_in_failure(options: CrossOptions, output: str) -> str:
             f"which no package of this install loads (a DGX Spark installs the CUDA 13 build)")
 
 
-def target_command(options: CrossOptions, where: Served, overrides: pathlib.Path | None,
+def target_command(options: CrossOptions, where: InstallSources, overrides: pathlib.Path | None,
                    excludes: str | None = None) -> list[str]:
     """The README's DGX Spark command (published pins and overrides files, with uv) for
     the target platform into ``--target``, ours first, PyPI the default.  Where torch's

@@ -379,8 +379,8 @@ def lock_problems(lock: Lock, installed: dict[str, str], own: Sequence[str],
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Served:
-    """Where the install command finds what it needs."""
+class InstallSources:
+    """Where the install command finds the index, the lock and the published pins files."""
 
     index_url: str
     lock: str | None  # the lock's URL (or path)
@@ -392,11 +392,11 @@ class Served:
 
 
 @contextlib.contextmanager
-def _index(options: InstallOptions) -> Iterator[Served]:
+def _index(options: InstallOptions) -> Iterator[InstallSources]:
     """The index, lock and published files for the install command."""
     if options.index_url:
-        yield Served(index_url=options.index_url, lock=str(options.lock_file) if options.lock_file else None,
-                     base=None)
+        lock = str(options.lock_file) if options.lock_file else None
+        yield InstallSources(index_url=options.index_url, lock=lock, base=None)
         return
     with served(options.wheels_dir) as base:
         lock = None
@@ -404,7 +404,7 @@ def _index(options: InstallOptions) -> Iterator[Served]:
             # The published lock (wheels/locks/) as users fetch it, else the checkout's.
             published = options.wheels_dir / "locks" / options.lock_file.name
             lock = base + f"locks/{options.lock_file.name}" if published.is_file() else str(options.lock_file)
-        yield Served(index_url=base + "simple/", lock=lock, base=base)
+        yield InstallSources(index_url=base + "simple/", lock=lock, base=base)
 
 
 @contextlib.contextmanager
