@@ -208,8 +208,8 @@ def test_a_flashinfer_only_stack_is_installed_by_the_release_it_serves() -> None
     catalog = stacks.load(REPO / "patches" / "stacks.toml")
     with pytest.raises(ConfigError, match=r"flashinfer-0\.6\.14 has no sglang: install the sglang release it serves "
                                           r"beside it, sglang-0\.5\.16, e\.g\. `python -m fp4graph install sglang-0\.5\.16`"):
-        install_command.refuse_unserved(catalog, "flashinfer-0.6.14")
+        catalog.refuse_unserved("flashinfer-0.6.14")
     with pytest.raises(ConfigError, match=r"flashinfer-0\.7\.4 has no sglang and serves no sglang release"):
-        install_command.refuse_unserved(catalog, "flashinfer-0.7.4")
-    install_command.refuse_unserved(catalog, "sglang-0.5.16")
-    install_command.refuse_unserved(catalog, "sglang-0.5.9")
+        catalog.refuse_unserved("flashinfer-0.7.4")
+    catalog.refuse_unserved("sglang-0.5.16")
+    catalog.refuse_unserved("sglang-0.5.9")

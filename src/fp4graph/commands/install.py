@@ -111,21 +111,9 @@ def _cross_options(settings: config.Settings, options: install.InstallOptions,
                              ".".join(map(str, sys.version_info[:2])), torch_index=native)
 
 
-def refuse_unserved(catalog: stacks.Catalog, name: str) -> None:
-    """A flashinfer-only stack is installed beside the sglang it serves: name that instead."""
-    found = next((s for s in catalog.stacks if s.name == name), None)
-    if found is not None and "sglang" not in catalog.versions(found):
-        served = [stacks.served_name(v) for v in found.serves]
-        if not served:
-            raise ConfigError(f"{name} has no sglang and serves no sglang release (patches/stacks.toml): "
-                              f"install a stack with sglang, e.g. {stacks.DEFAULT_STACK}")
-        raise ConfigError(f"{name} has no sglang: install the sglang release it serves beside it, "
-                          f"{' or '.join(served)}, e.g. `python -m fp4graph install {served[0]}`")
-
-
 def run(args: argparse.Namespace) -> int:
     settings = config.Settings.from_env(config.find_checkout())
-    refuse_unserved(stacks.load(settings.stacks_file), args.stack)
+    stacks.load(settings.stacks_file).refuse_unserved(args.stack)
     if args.print_command:
         print(readme_command(args.stack, args.index_url or README_INDEX, args.platform))
         return 0

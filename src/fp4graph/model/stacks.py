@@ -193,6 +193,18 @@ class Catalog:
                     return stack, release
         return None
 
+    def refuse_unserved(self, name: str) -> None:
+        """Refuse to install a flashinfer-only stack ``name``: it is installed beside the
+        sglang it serves, named instead."""
+        found = next((s for s in self.stacks if s.name == name), None)
+        if found is not None and "sglang" not in self.versions(found):
+            served = [served_name(v) for v in found.serves]
+            if not served:
+                raise ConfigError(f"{name} has no sglang and serves no sglang release (patches/stacks.toml): "
+                                  f"install a stack with sglang, e.g. {DEFAULT_STACK}")
+            raise ConfigError(f"{name} has no sglang: install the sglang release it serves beside it, "
+                              f"{' or '.join(served)}, e.g. `python -m fp4graph install {served[0]}`")
+
     def check_served_pin(self, stack: Stack, sglang: str, metadata: str, where: str) -> None:
         """Refuse ``stack`` serving ``sglang`` unless that release's wheel METADATA (text,
         read from ``where``) pins the stack's flashinfer-python exactly (``==X``, any extras,
