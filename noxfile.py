@@ -22,19 +22,21 @@ nox.options.reuse_existing_virtualenvs = True
 TORCH = "torch==2.13.0"
 
 
-# The torch pins of the supported stacks (sglang 0.5.9/0.5.10.post1: 2.9.1, 0.5.11: 2.11.0)
-# and the versions each traces; read with our own stacks module (nox brings `packaging`).
+# The torch pins of the supported stacks (sglang 0.5.8 ... 0.5.10.post1: 2.9.1, 0.5.11 ...
+# 0.5.12.post1: 2.11.0; the flashinfer-only stacks: their served releases') and the stacks
+# each traces; read with our own stacks module (nox brings `packaging`).
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "src"))
 from fp4graph.model.stacks import DEFAULT_STACK, load  # noqa: E402
 
 CATALOG = load(HERE / "patches" / "stacks.toml")
-VERSIONS_BY_TORCH = CATALOG.versions_by_torch()
-STACK_TORCHES = sorted(VERSIONS_BY_TORCH)
+STACKS_BY_TORCH = CATALOG.stacks_by_torch()
+STACK_TORCHES = sorted(STACKS_BY_TORCH)
 # The stacks with sglang, by torch pin: tracing installs each (nox -s install) under its pin.
 SGLANG_STACKS_BY_TORCH = {
     torch: [s.name for s in CATALOG.sglang_stacks() if s.torch == torch] for torch in STACK_TORCHES
 }
+TRACED = ["tests/flashinfer", "tests/sglang", "tests/models"]
 
 
 # The whole-model simulation on the installed packages: the last step of an install.
@@ -148,18 +150,18 @@ def publish(session: nox.Session) -> None:
 @nox.parametrize("torch", STACK_TORCHES)
 def tracing(session: nox.Session, torch: str) -> None:
     """The SM120 simulation under each stack's own torch pin (CUDA wheels from PyPI),
-    for the versions of the stacks that pin it; whole models: the full matrix (the per-stack
-    ServerArgs and loader checks: `FP4GRAPH_MODELS=full pytest tests/integration`); then the
-    full install of each of those stacks as users install it (nox -s install), and of sglang-0.5.11 for
-    linux aarch64 with Llama simulated on a GB10 under the aarch64 interpreter. FP4GRAPH_TRACING_K narrows the
-    tests and leaves the installs out."""
+    for the stacks that pin it (pytest --stack: tests/harness/stack_selection.py); whole
+    models: the full matrix (the per-stack ServerArgs and loader checks:
+    `FP4GRAPH_MODELS=full pytest tests/integration`); then the full install of each of those
+    stacks as users install it (nox -s install), and of sglang-0.5.11 for linux aarch64 with
+    Llama simulated on a GB10 under the aarch64 interpreter. FP4GRAPH_TRACING_K (-k) narrows
+    the tests and leaves the installs out; posargs replace the test paths."""
     _install_test_env(session, f"torch=={torch}")
-    selected = " or ".join(VERSIONS_BY_TORCH[torch])
-    if os.environ.get("FP4GRAPH_TRACING_K"):
-        selected = f"({selected}) and ({os.environ['FP4GRAPH_TRACING_K']})"
+    narrowed = ["-k", os.environ["FP4GRAPH_TRACING_K"]] if os.environ.get("FP4GRAPH_TRACING_K") else []
     session.run(
         "pytest", *PARALLEL, "-m", "not gpu and not sm120",
-        *(session.posargs or ["tests/flashinfer", "tests/sglang", "tests/models", "-k", selected]),
+        *(f"--stack={name}" for name in STACKS_BY_TORCH[torch]), *narrowed,
+        *(session.posargs or TRACED),
         env={"FP4GRAPH_MODELS": "full"},
     )
     stacks = SGLANG_STACKS_BY_TORCH[torch]

@@ -10,6 +10,7 @@ import pytest
 
 from fp4graph.model import config, series
 from fp4graph.wheels import trees
+from harness import stack_selection
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -45,3 +46,12 @@ def repo_root() -> pathlib.Path:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"fp4graph cache: {os.environ.get('FP4GRAPH_CACHE', '(default)')}"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    stack_selection.add_option(parser)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k / -m narrow it: a stack's tests are counted whole
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    stack_selection.select(config, items)

@@ -60,9 +60,9 @@ def test_repository_stacks_parse() -> None:
         f"cp31{n}-{machine}.whl" for machine in ("64", "aarch64") for n in range(4)]
 
 
-def test_versions_by_torch_groups_the_stacks_by_their_torch_pin() -> None:
-    """nox -s tracing: which versions each stack torch pin traces (a stack without a torch
-    pin traces under none)."""
+def test_stacks_by_torch_groups_the_stacks_by_their_torch_pin() -> None:
+    """nox -s tracing: which stacks each torch pin traces (a stack without a torch pin traces
+    under none)."""
     def wheel(project: str, version: str) -> dict[str, object]:
         name = f"{project.replace('-', '_')}-{version}-py3-none-any.whl"
         return artifact(project=project, version=version, files=[{"filename": name, "sha256": SHA}])
@@ -79,7 +79,7 @@ def test_versions_by_torch_groups_the_stacks_by_their_torch_pin() -> None:
     }
     catalog = stacks.parse(data)
     assert catalog.artifact("flashinfer-python", "0.6.3").patched_version == "0.6.3+fp4graph.1"
-    assert catalog.versions_by_torch() == {"2.9.1": ["0.5.9", "0.6.3"], "2.11.0": ["0.6.8"]}
+    assert catalog.stacks_by_torch() == {"2.9.1": ["sglang-0.5.9"], "2.11.0": ["flashinfer-0.6.8"]}
 
 
 @pytest.mark.parametrize(

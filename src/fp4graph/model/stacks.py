@@ -155,13 +155,13 @@ class Catalog:
                 + ", ".join(sorted(self.artifacts))
             ) from None
 
-    def versions_by_torch(self) -> dict[str, list[str]]:
-        """Each stack's torch pin -> the upstream versions of the stacks that pin it."""
+    def stacks_by_torch(self) -> dict[str, list[str]]:
+        """Each stack's torch pin -> the names of the stacks that pin it (``nox -s tracing``
+        runs their tests under it), in catalog order."""
         out: dict[str, list[str]] = {}
         for stack in self.stacks:
             if stack.torch is not None:
-                versions = [self.artifacts[key].version for key in stack.artifacts]
-                out.setdefault(stack.torch, []).extend(versions)
+                out.setdefault(stack.torch, []).append(stack.name)
         return out
 
     def stack(self, name: str) -> Stack:
