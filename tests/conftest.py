@@ -52,6 +52,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     stack_selection.add_option(parser)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    stack_selection.configure(config)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -k / -m narrow it: a stack's tests are counted whole
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     stack_selection.select(config, items)

@@ -5,8 +5,9 @@ parametrize id names one of the stack's upstream versions as a whole ``-``-separ
 flashinfer ``0.6.1`` selects ``[0.6.1-sm120]`` but not ``[0.6.12]``, sglang ``0.5.12``
 selects ``[sglang-0.5.12-patched-glm5]`` but not ``[sglang-0.5.12.post1-patched-glm5]``
 (pytest's ``-k`` matches substrings: it did both). A stack that no collected test names fails
-the run at collection, as an unknown stack does: a session never passes having traced
-nothing of one of its stacks. ``-k`` and ``-m`` narrow what this keeps.
+the run at collection, as an unknown stack does, and so does a stack whose every selected
+test skipped (:class:`SkippedStacks`): a session never passes having traced nothing of one of
+its stacks. ``-k`` and ``-m`` narrow what this keeps.
 """
 
 from __future__ import annotations
@@ -79,3 +80,54 @@ def _fail(config: pytest.Config, items: list[pytest.Item], message: str) -> None
     config.hook.pytest_collectreport(report=report)
     config.hook.pytest_deselected(items=list(items))
     items.clear()
+
+
+def parametrize_id(nodeid: str) -> str | None:
+    """``path::test[ID]`` -> ``ID``; None for a test that is not parametrized."""
+    return nodeid[nodeid.index("[") + 1:-1] if nodeid.endswith("]") and "[" in nodeid else None
+
+
+class SkippedStacks:
+    """Where tests report (the run's only process, or pytest-xdist's controller), fails the run
+    when a ``--stack`` stack had tests and every one of them skipped."""
+
+    def __init__(self, versions: Mapping[str, Collection[str]]) -> None:
+        self.versions = versions
+        self.seen: dict[str, int] = {}
+        self.ran: set[str] = set()
+
+    def silent(self) -> list[str]:
+        return [name for name in self.seen if name not in self.ran]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        test_id = parametrize_id(report.nodeid)
+        ran = report.failed or (report.when == "call" and not report.skipped)
+        for name, wanted in self.versions.items():
+            if test_id is not None and id_names(test_id, wanted):
+                self.seen[name] = self.seen.get(name, 0) + (report.when == "setup")
+                if ran:
+                    self.ran.add(name)
+
+    @pytest.hookimpl(tryfirst=True)  # before the terminal reporter writes the summary
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.silent() and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        for name in self.silent():
+            terminalreporter.write_line(
+                f"{OPTION} {name}: all {self.seen[name]} of its selected tests skipped: the run "
+                "traced nothing of it (-ra lists the skip reasons)", red=True)
+
+
+def configure(config: pytest.Config) -> None:
+    """Watch the ``--stack`` stacks' outcomes (not in a pytest-xdist worker: its controller
+    sees every report)."""
+    names: list[str] = config.getoption("stack")
+    if not names or hasattr(config, "workerinput"):
+        return
+    try:
+        versions = stack_versions(stacks.load(REPO / "patches" / "stacks.toml"), names)
+    except ConfigError:
+        return  # select() fails the collection, naming the stack
+    config.pluginmanager.register(SkippedStacks(versions), "fp4graph-skipped-stacks")

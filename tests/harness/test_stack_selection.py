@@ -71,6 +71,10 @@ def test_case(case):
 
 def test_plain():
     pass
+
+@pytest.mark.parametrize("case", ["0.6.17-sm120"])
+def test_skipped(case):
+    pytest.skip("no torch for it here")
 '''
 CONFTEST = '''
 from harness import stack_selection
@@ -78,18 +82,22 @@ from harness import stack_selection
 def pytest_addoption(parser):
     stack_selection.add_option(parser)
 
+def pytest_configure(config):
+    stack_selection.configure(config)
+
 def pytest_collection_modifyitems(config, items):
     stack_selection.select(config, items)
 '''
 
 
 def run_pytest(tmp_path: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """pytest on :data:`TESTS` (``--collect-only`` unless ``args`` start with ``--run``)."""
     (tmp_path / "test_cases.py").write_text(TESTS)
     (tmp_path / "conftest.py").write_text(CONFTEST)
     path = os.pathsep.join([str(REPO / "tests"), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
+    mode = list(args[1:]) if args[:1] == ("--run",) else ["-p", "no:xdist", "--collect-only", *args]
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q",
-         "--collect-only", *args, str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *mode, str(tmp_path)],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, check=False)
 
 
@@ -98,7 +106,7 @@ def test_the_option_keeps_the_stack_s_tests(tmp_path: pathlib.Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert [line.split("[")[-1] for line in result.stdout.splitlines() if "::" in line] == [
         "sglang-0.5.12-llama]", "0.6.11.post1]"]
-    assert "2/6 tests collected (4 deselected)" in result.stdout
+    assert "2/7 tests collected (5 deselected)" in result.stdout
 
 
 def test_an_unknown_stack_fails_naming_the_catalog(tmp_path: pathlib.Path) -> None:
@@ -114,3 +122,12 @@ def test_a_stack_no_test_names_fails_the_run(tmp_path: pathlib.Path) -> None:
     assert "no collected test names stack(s) flashinfer-0.6.18 (flashinfer-0.6.18: versions 0.6.18)" in (
         result.stdout)
     assert "::" not in result.stdout
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_stack_whose_every_test_skipped_fails_the_run(tmp_path: pathlib.Path, workers: list[str]) -> None:
+    """As nox -s tracing runs it: pytest-xdist's controller sees every report."""
+    result = run_pytest(tmp_path, "--run", *workers, "--stack", "sglang-0.5.12", "--stack", "flashinfer-0.6.17")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "--stack flashinfer-0.6.17: all 1 of its selected tests skipped" in result.stdout
+    assert "2 passed, 1 skipped" in result.stdout  # xdist's summary leaves the deselected out
