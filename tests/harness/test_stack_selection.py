@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -61,6 +64,53 @@ def test_split_reports_the_stacks_no_id_names() -> None:
     assert kept == [True, False, True] and unnamed == ["sglang-0.5.12"]
 
 
+class FakeConfig:
+    """What :func:`stack_selection.select` asks of pytest's config, recorded."""
+
+    def __init__(self, *names: str) -> None:
+        self.names, self.hook = list(names), self
+        self.reports: list[pytest.CollectReport] = []
+        self.deselected: list[object] = []
+
+    def getoption(self, name: str) -> list[str]:
+        assert name == "stack"
+        return self.names
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        self.reports.append(report)
+
+    def pytest_deselected(self, items: list[object]) -> None:
+        self.deselected += items
+
+
+def items(*ids: str | None) -> list[Any]:
+    return [SimpleNamespace(callspec=SimpleNamespace(id=i)) if i else SimpleNamespace() for i in ids]
+
+
+def test_select_keeps_the_stack_s_items() -> None:
+    config, collected = FakeConfig("sglang-0.5.12"), items(
+        "sglang-0.5.12-llama", "sglang-0.5.12.post1-llama", "0.6.11.post1", None, "0.6.12")
+    kept = [collected[0], collected[2]]
+    stack_selection.select(config, collected)  # type: ignore[arg-type]
+    assert collected == kept and len(config.deselected) == 3 and not config.reports
+
+
+@pytest.mark.parametrize(
+    ("names", "error"),
+    [
+        pytest.param(["sglang-0.5.1"], "--stack: no stack 'sglang-0.5.1' in patches/stacks.toml", id="unknown"),
+        pytest.param(["sglang-0.5.12", "flashinfer-0.6.18"], "--stack: no collected test names stack(s) "
+                     "flashinfer-0.6.18 (flashinfer-0.6.18: versions 0.6.18) among the 2 collected",
+                     id="no-test"),
+    ],
+)
+def test_select_fails_the_collection_and_keeps_nothing(names: list[str], error: str) -> None:
+    config, collected = FakeConfig(*names), items("sglang-0.5.12-llama", None)
+    stack_selection.select(config, collected)  # type: ignore[arg-type]
+    assert [(r.failed, str(r.longrepr)[:len(error)]) for r in config.reports] == [(True, error)]
+    assert collected == [] and len(config.deselected) == 2
+
+
 TESTS = '''
 import pytest
 
@@ -90,44 +140,18 @@ def pytest_collection_modifyitems(config, items):
 '''
 
 
-def run_pytest(tmp_path: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """pytest on :data:`TESTS` (``--collect-only`` unless ``args`` start with ``--run``)."""
+def test_under_xdist_a_stack_whose_every_test_skipped_fails_the_run(tmp_path: pathlib.Path) -> None:
+    """As nox -s tracing runs pytest (-n): the workers select, the controller, which sees
+    every report, fails the run for flashinfer-0.6.17, whose only test skipped."""
     (tmp_path / "test_cases.py").write_text(TESTS)
     (tmp_path / "conftest.py").write_text(CONFTEST)
     path = os.pathsep.join([str(REPO / "tests"), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
-    mode = list(args[1:]) if args[:1] == ("--run",) else ["-p", "no:xdist", "--collect-only", *args]
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *mode, str(tmp_path)],
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-n", "2", str(tmp_path),
+         "--stack", "sglang-0.5.12", "--stack", "flashinfer-0.6.17"],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, check=False)
-
-
-def test_the_option_keeps_the_stack_s_tests(tmp_path: pathlib.Path) -> None:
-    result = run_pytest(tmp_path, "--stack", "sglang-0.5.12")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert [line.split("[")[-1] for line in result.stdout.splitlines() if "::" in line] == [
-        "sglang-0.5.12-llama]", "0.6.11.post1]"]
-    assert "2/7 tests collected (5 deselected)" in result.stdout
-
-
-def test_an_unknown_stack_fails_naming_the_catalog(tmp_path: pathlib.Path) -> None:
-    result = run_pytest(tmp_path, "--stack", "sglang-0.5.1")
-    assert result.returncode != 0
-    assert "--stack: no stack 'sglang-0.5.1' in patches/stacks.toml" in result.stdout
-    assert "::" not in result.stdout  # nothing runs
-
-
-def test_a_stack_no_test_names_fails_the_run(tmp_path: pathlib.Path) -> None:
-    result = run_pytest(tmp_path, "--stack", "sglang-0.5.12", "--stack", "flashinfer-0.6.18")
-    assert result.returncode != 0
-    assert "no collected test names stack(s) flashinfer-0.6.18 (flashinfer-0.6.18: versions 0.6.18)" in (
-        result.stdout)
-    assert "::" not in result.stdout
-
-
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
-def test_a_stack_whose_every_test_skipped_fails_the_run(tmp_path: pathlib.Path, workers: list[str]) -> None:
-    """As nox -s tracing runs it: pytest-xdist's controller sees every report."""
-    result = run_pytest(tmp_path, "--run", *workers, "--stack", "sglang-0.5.12", "--stack", "flashinfer-0.6.17")
     assert result.returncode == 1, result.stdout + result.stderr
+    assert sorted(re.findall(r"PASSED test_cases.py::test_case\[(.*?)\]", result.stdout)) == [
+        "0.6.11.post1", "sglang-0.5.12-llama"]
     assert "--stack flashinfer-0.6.17: all 1 of its selected tests skipped" in result.stdout
-    assert "2 passed, 1 skipped" in result.stdout  # xdist's summary leaves the deselected out
+    assert "2 passed, 1 skipped" in result.stdout
