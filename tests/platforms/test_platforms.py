@@ -61,6 +61,19 @@ def test_the_emulated_python_is_aarch64() -> None:
     assert out.split() == ["aarch64", "(3,", "11)", "linux-aarch64"]
 
 
+@pytest.mark.slow
+def test_the_emulated_python_reads_an_aarch64_cpuinfo() -> None:
+    """qemu-user shows the host's x86 /proc/cpuinfo, on which torch 2.13.0's aarch64
+    libtorch_cpu.so (pytorch/cpuinfo) segfaults at `import torch`: the root serves its own."""
+    argv = emulator.aarch64_python(default_cache_dir())
+    code = "print(open('/proc/cpuinfo').read())"
+    out = subprocess.run([*argv, "-c", code], capture_output=True, text=True, check=True).stdout
+    entries = [e for e in out.split("\n\n") if e.strip()]
+    assert entries and all("CPU implementer\t: 0x41" in e and "CPU part\t: 0xd85" in e for e in entries), out[:300]
+    assert "vendor_id" not in out
+    assert len(entries) == len(emulator.cpuinfo(emulator.host_processors()).split("\n\n")) - 1
+
+
 def test_an_override_splits_the_lock_line_by_machine() -> None:
     override = overrides.Override(platform=LINUX_AARCH64, stacks=("s",), requirement="tms==0.0.9.post1", why="w")
     pins = [LockedPin(name="tms", version="0.0.9"), LockedPin(name="six", version="1.0"),

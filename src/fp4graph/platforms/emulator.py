@@ -95,6 +95,16 @@ DEBS = (
 PYTHON = "usr/bin/python3.11"  # in the root
 PYTHON_VERSION = "3.11"
 
+# qemu-user 7.2 shows an aarch64 process the host's x86 /proc/cpuinfo (no "CPU implementer"
+# or "CPU part"), and torch 2.13.0's aarch64 libtorch_cpu.so (pytorch/cpuinfo, at load)
+# segfaults on it: `import torch` dies with SIGSEGV.  qemu's -L prefix serves a path the root
+# has before the host's, so the root carries an aarch64 /proc/cpuinfo: one entry per host CPU
+# (the count the host's /sys/devices/system/cpu says), each a Cortex-X925 (GB10's big core).
+CPUINFO = "proc/cpuinfo"  # in the root
+_CPU_FEATURES = ("fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma "
+                 "lrcpc dcpop sha3 asimddp sha512 asimdfhm dit uscat ilrcpc flagm ssbs sb paca pacg dcpodp "
+                 "flagm2 frint i8mm bf16 bti")
+
 
 class EmulatorError(Fp4graphError):
     """The aarch64 interpreter could not be built or does not run."""
@@ -141,10 +151,37 @@ def _key() -> str:
     return "python3.11-" + hashlib.sha256(pins.encode()).hexdigest()[:12]
 
 
+def cpuinfo(processors: int) -> str:
+    """An aarch64 ``/proc/cpuinfo`` of ``processors`` Cortex-X925 cores, as Linux writes it."""
+    return "".join(
+        f"processor\t: {n}\nBogoMIPS\t: 2000.00\nFeatures\t: {_CPU_FEATURES}\nCPU implementer\t: 0x41\n"
+        "CPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd85\nCPU revision\t: 1\n\n"
+        for n in range(processors))
+
+
+def host_processors() -> int:
+    """How many CPUs the host's sysfs says are possible (``0-N``), else ``os.cpu_count()``."""
+    try:
+        last = pathlib.Path("/sys/devices/system/cpu/possible").read_text().strip().split(",")[-1]
+        return int(last.rsplit("-", 1)[-1]) + 1
+    except (OSError, ValueError):
+        return os.cpu_count() or 1
+
+
+def _write_cpuinfo(root: pathlib.Path) -> None:
+    """The root's aarch64 /proc/cpuinfo for this host, (re)written when it differs."""
+    path, text = root / CPUINFO, cpuinfo(host_processors())
+    if not path.is_file() or path.read_text() != text:
+        with atomic_file(path) as tmp:
+            tmp.write_text(text)
+
+
 def aarch64_home(cache_dir: pathlib.Path) -> pathlib.Path:
-    """The built emulator: ``qemu-aarch64-static`` and ``root/`` (Debian's arm64 python3.11)."""
+    """The built emulator: ``qemu-aarch64-static`` and ``root/`` (Debian's arm64 python3.11,
+    an aarch64 /proc/cpuinfo)."""
     home = cache_dir / "aarch64" / _key()
     if (home / "qemu-aarch64-static").exists():
+        _write_cpuinfo(home / "root")
         return home
     debs = [fetch_deb(cache_dir, d) for d in DEBS]
     qemu_deb = fetch_deb(cache_dir, QEMU)
@@ -154,6 +191,7 @@ def aarch64_home(cache_dir: pathlib.Path) -> pathlib.Path:
         with tempfile.TemporaryDirectory(dir=staging) as scratch:
             _unpack(qemu_deb, pathlib.Path(scratch))
             shutil.copy2(pathlib.Path(scratch) / "usr/bin/qemu-aarch64-static", staging)
+        _write_cpuinfo(staging / "root")
         _probe(staging)
     return home
 
