@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
+import subprocess
 import sys
 
 from fp4graph.install import cross, stack
@@ -84,6 +86,21 @@ def test_the_smoke_runs_every_check_in_one_interpreter_and_reports_each(tmp_path
     assert found["smoke: broken"].detail == "ModuleNotFoundError: No module named 'no_such_module_here'"
     assert found["smoke: driver"].skipped and found["smoke: help"].ok
     assert found["smoke: import torch"].ok == _has_torch()
+
+
+def test_the_targets_pth_files_add_their_directories(tmp_path: pathlib.Path) -> None:
+    """A --target on PYTHONPATH has its .pth files ignored: nvidia-cutlass-dsl's `cutlass`,
+    which sglang 0.5.15's deepseek_v2 imports, would not import under the target's interpreter."""
+    target = tmp_path / "target"
+    (target / "dsl" / "python_packages").mkdir(parents=True)
+    (target / "dsl" / "python_packages" / "cutlass_like.py").write_text("VALUE = 7\n")
+    (target / "dsl.pth").write_text("# a comment\nimport os\ndsl/python_packages\nmissing/dir\n")
+    code = [sys.executable, "-c", "import cutlass_like; print(cutlass_like.VALUE)"]
+    bare = subprocess.run(code, capture_output=True, text=True, env={"PYTHONPATH": str(target)})
+    assert "No module named 'cutlass_like'" in bare.stderr
+    path = cross.target_path(target)
+    assert path.split(os.pathsep) == [str(target), str(target / "dsl" / "python_packages")]
+    assert subprocess.run(code, capture_output=True, text=True, env={"PYTHONPATH": path}).stdout == "7\n"
 
 
 def _has_torch() -> bool:

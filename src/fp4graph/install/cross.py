@@ -218,6 +218,24 @@ def _smoke(report: InstallReport, options: CrossOptions, env: dict[str, str], cw
                                         f"{error_line(output)}", tail="\n".join(output.splitlines()[-15:])))
 
 
+def target_path(target: pathlib.Path) -> str:
+    """The PYTHONPATH of an install ``--target``: the directory and, as ``site.addsitedir``
+    would add for a venv's site-packages, each directory its ``.pth`` files name
+    (nvidia-cutlass-dsl 4.5's ``cutlass`` lives in ``nvidia_cutlass_dsl/python_packages``, which
+    only its .pth adds: PYTHONPATH entries have their .pth files ignored). ``import`` lines
+    are not run."""
+    entries = [str(target)]
+    for pth in sorted(target.glob("*.pth")):
+        for line in pth.read_text(errors="replace").splitlines():
+            line = line.strip()
+            if not line or line.startswith(("#", "import ", "import\t")):
+                continue
+            path = (target / line).resolve()
+            if path.is_dir() and str(path) not in entries:
+                entries.append(str(path))
+    return os.pathsep.join(entries)
+
+
 def _pip_check(report: InstallReport, options: CrossOptions, env: dict[str, str], tools: pathlib.Path) -> None:
     """pip check by the target's interpreter (its markers), pip itself from ``tools``."""
     fetch = [*options.uv, "pip", "install", "--quiet", "--python-platform", options.platform.uv_platform,
@@ -226,7 +244,7 @@ def _pip_check(report: InstallReport, options: CrossOptions, env: dict[str, str]
         return
     argv = [*options.interpreter, "-m", "pip", "check"]
     code, output, seconds = _run(argv, log_file=options.base.log_file,
-                                 env={**env, "PYTHONPATH": f"{options.target}:{tools}"})
+                                 env={**env, "PYTHONPATH": f"{target_path(options.target)}{os.pathsep}{tools}"})
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     sbsa = [ln for ln in lines if _sbsa_tagged(options.target, ln)]
     overridden = [ln for ln in lines if ln not in sbsa and _overridden(options, ln)]
@@ -267,7 +285,7 @@ def _extra_checks(report: InstallReport, options: CrossOptions, env: dict[str, s
     """Each ``--check`` script of the checkout by the target's interpreter, the install and
     ``src/`` on its path (the whole-model simulation: tests/harness/models/simulate_installed.py)."""
     base = options.base
-    extra_env = {**env, "PYTHONPATH": f"{options.target}{os.pathsep}{base.repo / 'src'}",
+    extra_env = {**env, "PYTHONPATH": f"{target_path(options.target)}{os.pathsep}{base.repo / 'src'}",
                  INTERPRETER_ENV: shlex.join(options.interpreter)}
     for extra in base.extra_checks:
         _step(report, extra.name, [*options.interpreter, *extra.argv], base, env=extra_env, cwd=base.repo,
@@ -296,7 +314,7 @@ def install_for_platform(options: CrossOptions) -> InstallReport:
             return report
         report.disk_bytes = directory_size(options.target)
         report.steps.append(Step(name="disk", ok=True, seconds=0, detail=f"{report.disk_bytes / 1e9:.2f} GB"))
-        env = {**clean_env(), **dict(base.env), "PYTHONPATH": str(options.target)}
+        env = {**clean_env(), **dict(base.env), "PYTHONPATH": target_path(options.target)}
         _pip_check(report, options, env, pathlib.Path(scratch) / "tools")
         started = time.monotonic()
         try:
