@@ -95,7 +95,7 @@ def nsa_trees(wheel_tree: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
                     ["git", "apply", "-R", "-p2", str(backport_patch(version))], cwd=copy, check=True
                 )
                 sglang = copy
-            # Patched where its series exists (sglang 0.5.12.post1's flashinfer has none).
+            # Patched where its series exists (a flashinfer pinned without one stays pristine).
             fi_series = (REPO / "patches" / "flashinfer-python" / TARGETS[version] / "series").is_file()
             flashinfer = wheel_tree("flashinfer-python", TARGETS[version], patched=fi_series)
             cache[key] = [sglang, flashinfer]

@@ -48,6 +48,9 @@ NSA_BACKENDS_ON_SM120: dict[str, tuple[str, str] | None] = {
 NSA_TABLE = tables.Table("tests/harness/models/expected.py: NSA_BACKENDS_ON_SM120", NSA_BACKENDS_ON_SM120)
 
 
+# 0.5.12 and 0.5.12.post1 (EXPECT_BY_RELEASE, below).
+_V32_UNFUSED: dict[str, dict[str, Any]] = {"deepseek-v3.2": {"num_fused_shared_experts": 0}}
+
 # Where a release decides otherwise than a family row's ``expect`` (families.py), read from
 # its code: sglang release -> {family: the values it gives}; ``{}``: as the rows say.  Every
 # sglang stack needs a row (EXPECT_TABLE): read the new release's code for each family.
@@ -61,8 +64,8 @@ EXPECT_BY_RELEASE: dict[str, dict[str, dict[str, Any]]] = {
     # 0.5.12 fuses the shared expert only where architectures[0] is DeepseekV3ForCausalLM
     # (models/deepseek_v2.py:2425, determine_num_fused_shared_experts), and no longer reads a
     # deepseek_v32 config as deepseek_v3 (0.5.11: _load_deepseek_v32_model), so V3.2 is not.
-    "0.5.12": {"deepseek-v3.2": {"num_fused_shared_experts": 0}},
-    "0.5.12.post1": {"deepseek-v3.2": {"num_fused_shared_experts": 0}},
+    "0.5.12": _V32_UNFUSED,
+    "0.5.12.post1": _V32_UNFUSED,
 }
 
 EXPECT_TABLE = tables.Table("tests/harness/models/expected.py: EXPECT_BY_RELEASE", EXPECT_BY_RELEASE)
